@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Make a Docker engine and the Debian 12 systemd base image available (idempotent).
+# Used by .ci/run and by the tests that need real containers.
+set -euo pipefail
+IMAGE="${GPUPREP_BASE_IMAGE:-gpuprep-debian12:latest}"
+
+if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  (dockerd >/var/log/gpuprep-dockerd.log 2>&1 &)
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/gpuprep-dockerd.log" >&2; exit 1; }
+fi
+
+if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
+  rootfs=$(mktemp -d /var/tmp/gpuprep-rootfs.XXXXXX)
+  debootstrap --variant=minbase \
+    --include=python3,sudo,systemd,systemd-sysv,openssh-server,procps,kmod,iproute2,ca-certificates,gnupg \
+    bookworm "$rootfs" >/var/log/gpuprep-debootstrap.log 2>&1
+  tar -C "$rootfs" -c . | docker import -c 'CMD ["/lib/systemd/systemd"]' - "$IMAGE" >/dev/null
+  rm -rf "$rootfs"
+fi
+echo "docker ready; base image $IMAGE"

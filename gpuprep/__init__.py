@@ -1,0 +1,2 @@
+"""gpuprep: GPU node checks, tuning and burn-in."""
+__version__ = "0.1.0"

@@ -1,0 +1,96 @@
+"""Plain `nvidia-smi` output: the summary table (old and 2024+ layouts) and its error messages."""
+from __future__ import annotations
+
+import re
+from typing import List, Optional
+
+from ..snapshot import Gpu, NvmlStatus, Snapshot
+from . import values as v
+
+_HEADER = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s+(\S+)\s+CUDA Version:\s+(\S+)")
+_ROW1 = re.compile(
+    r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])"
+    r"\s+(\S+)\s*\|\s*(.*?)\s*\|\s*$")
+_ROW2 = re.compile(
+    r"^\|\s*(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*/\s*(\S+)\s*\|\s*(\S+)\s*/\s*(\S+)\s*\|\s*(\S+)\s+(\S+)\s*\|\s*$")
+_ROW3 = re.compile(r"^\|\s*\|\s*\|\s*(\S+)\s*\|\s*$")
+
+# What nvidia-smi prints when NVML cannot start, mapped to gpuprep's reason codes.
+_FAILURES = [
+    (re.compile(r"Failed to initialize NVML: Driver/library version mismatch"), "version-mismatch"),
+    (re.compile(r"Failed to initialize NVML: Insufficient Permissions"), "no-permission"),
+    (re.compile(r"Failed to initialize NVML: Unknown Error"), "error"),
+    (re.compile(r"couldn't communicate with the NVIDIA driver"), "driver-not-loaded"),
+    (re.compile(r"NVML Shared Library Not Found|libnvidia-ml\.so.*not found", re.I), "library-not-found"),
+]
+_NVML_LIB = re.compile(r"NVML library version:\s*(\S+)")
+
+
+def looks_like_table(text: str) -> bool:
+    return bool(_HEADER.search(text[:3000]))
+
+
+def looks_like_failure(text: str) -> bool:
+    head = text[:2000]
+    return any(pattern.search(head) for pattern, _ in _FAILURES)
+
+
+def import_failure(text: str, origin: str) -> Snapshot:
+    snap = Snapshot(sources=[origin])
+    for pattern, reason in _FAILURES:
+        match = pattern.search(text)
+        if match:
+            line = next(l for l in text.splitlines() if pattern.search(l)).strip()
+            lib = _NVML_LIB.search(text)
+            snap.nvml = NvmlStatus(available=False, reason=reason, message=line,
+                                   library_version=lib.group(1) if lib else None)
+            break
+    return snap
+
+
+def import_table(text: str, origin: str) -> Snapshot:
+    snap = Snapshot(sources=[origin])
+    header = _HEADER.search(text)
+    if header:
+        snap.software.driver_version = header.group(2)
+        snap.software.cuda_driver_version = v.known(header.group(3))
+        snap.nvml = NvmlStatus(available=True)
+    gpus: List[Gpu] = []
+    lines = [line.rstrip() for line in text.splitlines()]
+    current: Optional[Gpu] = None
+    for line in lines:
+        if line.startswith("| Processes"):
+            break
+        row1 = _ROW1.match(line)
+        if row1:
+            current = Gpu(index=int(row1.group(1)))
+            name = row1.group(2).strip()
+            # old layouts truncate long names with '...': keep what is certain, nothing more
+            current.name = name
+            current.persistence_mode = row1.group(3) == "On"
+            current.pci_bus_id = row1.group(4)
+            ecc = row1.group(6).strip()
+            if ecc in ("On", "Off"):
+                current.ecc_mode_current = ecc == "On"
+            elif v.integer(ecc) is not None:
+                current.ecc_mode_current = True
+                current.ecc_volatile_uncorrected = v.integer(ecc)
+            gpus.append(current)
+            continue
+        if current is None:
+            continue
+        row2 = _ROW2.match(line)
+        if row2 and current.temperature_c is None and current.memory_total_mib is None:
+            current.temperature_c = v.integer(row2.group(2).rstrip("C"))
+            current.power_draw_w = v.number(row2.group(4).rstrip("W"))
+            current.power_limit_w = v.number(row2.group(5).rstrip("W"))
+            current.memory_total_mib = v.integer(row2.group(7).replace("MiB", ""))
+            mode = row2.group(9)
+            current.compute_mode = {"Default": "Default", "E.Process": "Exclusive_Process",
+                                    "E.Thread": "Exclusive_Thread", "Prohibited": "Prohibited"}.get(mode, mode)
+            continue
+        row3 = _ROW3.match(line)
+        if row3 and current.mig_mode_current is None:
+            current.mig_mode_current = v.flag(row3.group(1))
+    snap.gpus = gpus
+    return snap

@@ -1,0 +1,67 @@
+"""`nvidia-smi topo -m`: the device matrix, CPU/NUMA affinity and the NIC legend, old and new."""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional
+
+from ..snapshot import Snapshot, Topology
+from . import values as v
+
+_LINK = re.compile(r"^(X|SYS|NODE|PHB|PXB|PIX|NV\d+|SOC|N/A)$")
+_AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+
+
+def looks_like_topo(text: str) -> bool:
+    for line in text.splitlines()[:5]:
+        cells = line.split()
+        if cells[:1] == ["GPU0"] and len(cells) > 1 and cells[1] == "X":
+            return True
+    return False
+
+
+def parse_topology(text: str) -> Topology:
+    lines = text.splitlines()
+    header_at = next(i for i, line in enumerate(lines)
+                     if re.match(r"^\s+GPU0(\s|$)", line.expandtabs(8)))
+    columns = [c.strip() for c in re.split(r"\t+|\s{2,}", lines[header_at].strip()) if c.strip()]
+    devices = [c for c in columns if c not in _AFFINITY_COLUMNS]
+    extra = [c for c in columns if c in _AFFINITY_COLUMNS]
+    topo = Topology(devices=devices)
+    for line in lines[header_at + 1:]:
+        cells = line.split()
+        if not cells or cells[0] not in devices:
+            if cells and cells[0].startswith("Legend"):
+                break
+            continue
+        name, rest = cells[0], cells[1:]
+        links = rest[:len(devices)]
+        topo.matrix[name] = {other: link for other, link in zip(devices, links) if other != name}
+        tail = rest[len(devices):]
+        for column, value in zip(extra, tail):
+            if column == "CPU Affinity" and v.known(value):
+                topo.cpu_affinity[name] = value
+            elif column == "NUMA Affinity":
+                topo.numa_affinity[name] = v.integer(value)
+    legend = re.findall(r"^\s*(NIC\d+):\s*(\S+)\s*$", text, re.M)
+    topo.nic_names = {nic: dev for nic, dev in legend}
+    return topo
+
+
+def import_topology(text: str, origin: str) -> Snapshot:
+    snap = Snapshot(sources=[origin])
+    snap.topology = parse_topology(text)
+    return snap
+
+
+def nic_device_name(topology: Topology, column: str) -> str:
+    """NIC0 -> mlx5_ib0 through the legend; old formats name the device in the header."""
+    return topology.nic_names.get(column, column)
+
+
+def gpu_numa(topology: Topology) -> Dict[str, Optional[int]]:
+    return {gpu: topology.numa_affinity.get(gpu) for gpu in topology.gpus()}
+
+
+def gpu_pairs(topology: Topology) -> List[tuple]:
+    gpus = topology.gpus()
+    return [(a, b, topology.matrix.get(a, {}).get(b)) for i, a in enumerate(gpus) for b in gpus[i + 1:]]

@@ -1,0 +1,50 @@
+"""Gather a live host's facts into a Snapshot. I/O only: nothing here judges."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from typing import Any, Dict, Optional
+
+from ..snapshot import Snapshot
+from . import nvml as nvml_probe
+from .system import (Root, probe_env, probe_interfaces, probe_modules, probe_nics, probe_numa,
+                     probe_rdma, probe_settings, probe_system)
+
+
+def collect(root: str = "/", nvml: Any = None, environ: Optional[Dict[str, str]] = None,
+            docker: bool = True, commands: bool = True) -> Snapshot:
+    """Facts of the host below `root`. `nvml` replaces nvidia-ml-py (tests pass a fake); `docker`
+    and `commands` switch off the daemon query and the bounded nvidia-smi/journal runs."""
+    from .software import probe_software
+
+    fs = Root(root)
+    snap = Snapshot(sources=["live" if fs.live else f"root:{root}"],
+                    collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    snap.system = probe_system(fs)
+    snap.numa_nodes = probe_numa(fs)
+    snap.nics = probe_nics(fs)
+    snap.interfaces = probe_interfaces(fs) or None
+    snap.rdma_devices = probe_rdma(fs)
+    snap.kernel_modules = probe_modules(fs)
+    snap.settings = probe_settings(fs)
+    snap.env = probe_env(dict(os.environ if environ is None else environ))
+    snap.software = probe_software(fs)
+
+    facts = nvml_probe.probe(nvml)
+    snap.nvml = facts.status
+    snap.software.driver_version = facts.driver_version
+    snap.software.cuda_driver_version = facts.cuda_driver_version
+    snap.gpus = facts.gpus if facts.status.available else None
+    if snap.nvml.available is False and snap.nvml.reason == "library-not-found" \
+            and not (snap.kernel_modules or {}).get("nvidia"):
+        snap.nvml.reason = "not-installed"
+
+    if docker:
+        from .container import probe_docker
+        snap.container = probe_docker()
+    if commands:
+        from . import commands as cmd
+        snap.xids = cmd.recent_xids()
+        if snap.gpus:
+            snap.topology = cmd.nvidia_topology()
+    return snap

@@ -1,0 +1,44 @@
+"""Bounded runs of host commands whose output the importers already understand."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from typing import List, Optional
+
+from ..importers.kernel_log import parse_events
+from ..importers.topo import parse_topology
+from ..snapshot import Topology, XidEvent
+
+_TIMEOUT = 10
+_MAX_LOG_LINES = 5000
+
+
+def run(argv: List[str], timeout: float = _TIMEOUT) -> Optional[str]:
+    if not shutil.which(argv[0]):
+        return None
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def recent_xids() -> Optional[List[XidEvent]]:
+    """Xid/SXid lines of this boot, from the journal or else dmesg (the last few thousand lines)."""
+    text = run(["journalctl", "-k", "-b", "--no-pager", "-q", "-o", "short-iso", "-n", str(_MAX_LOG_LINES),
+                "--grep", "Xid"])
+    if text is None:
+        text = run(["dmesg", "--time-format=iso"])
+    if text is None:
+        return None
+    return parse_events(text.splitlines()[-_MAX_LOG_LINES:])
+
+
+def nvidia_topology() -> Optional[Topology]:
+    text = run(["nvidia-smi", "topo", "-m"])
+    if not text or "GPU0" not in text:
+        return None
+    try:
+        return parse_topology(text)
+    except StopIteration:
+        return None

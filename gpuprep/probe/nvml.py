@@ -1,0 +1,229 @@
+"""The one module that talks to NVML (through nvidia-ml-py).
+
+Init failures (no driver, no library, driver/library mismatch, no permission) are recorded as a
+reason, never raised. After init, every query is guarded on its own: a GPU that cannot report a
+field (NotSupported, NoPermission, GPU lost, a function the driver lacks) leaves that field
+unknown and the rest of the GPU is still read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional
+
+from ..importers.values import compress_cpulist
+from ..snapshot import ClockPair, Gpu, NvLink, NvmlStatus
+
+_INIT_REASONS = {
+    "NVML_ERROR_DRIVER_NOT_LOADED": "driver-not-loaded",
+    "NVML_ERROR_LIBRARY_NOT_FOUND": "library-not-found",
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH": "version-mismatch",
+    "NVML_ERROR_NO_PERMISSION": "no-permission",
+}
+
+_ARCHITECTURES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere",
+                  8: "Ada Lovelace", 9: "Hopper", 10: "Blackwell", 13: "Rubin"}
+_COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+_REASON_BITS = [
+    (0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"), (0x100, "display_clocks_setting"),
+]
+_NVLINK_VERSIONS = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
+_CPU_SET_WORDS = 16   # 16 x 64 bits: enough for 1024 logical CPUs
+
+
+@dataclass
+class NvmlFacts:
+    status: NvmlStatus
+    driver_version: Optional[str] = None
+    cuda_driver_version: Optional[str] = None
+    gpus: List[Gpu] = field(default_factory=list)
+
+
+def load_library():
+    """The real nvidia-ml-py module, or None when the package is not installed."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+def probe(nvml: Any = None) -> NvmlFacts:
+    nvml = nvml if nvml is not None else load_library()
+    if nvml is None:
+        return NvmlFacts(NvmlStatus(available=False, reason="not-installed",
+                                    message="nvidia-ml-py is not installed"))
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        return NvmlFacts(NvmlStatus(available=False, reason=_init_reason(nvml, exc), message=str(exc)))
+    except OSError as exc:
+        return NvmlFacts(NvmlStatus(available=False, reason="library-not-found", message=str(exc)))
+    try:
+        return _read_all(nvml)
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
+
+
+def _init_reason(nvml: Any, exc: Exception) -> str:
+    code = getattr(exc, "value", None)
+    for const, reason in _INIT_REASONS.items():
+        if code is not None and code == getattr(nvml, const, object()):
+            return reason
+    return "error"
+
+
+def _read_all(nvml: Any) -> NvmlFacts:
+    ask = _Asker(nvml)
+    facts = NvmlFacts(NvmlStatus(available=True))
+    facts.status.library_version = ask(nvml.nvmlSystemGetNVMLVersion)
+    facts.driver_version = _text(ask(nvml.nvmlSystemGetDriverVersion))
+    cuda = ask(nvml.nvmlSystemGetCudaDriverVersion_v2) or ask(nvml.nvmlSystemGetCudaDriverVersion)
+    if cuda:
+        facts.cuda_driver_version = f"{cuda // 1000}.{(cuda % 1000) // 10}"
+    count = ask(nvml.nvmlDeviceGetCount) or 0
+    for index in range(count):
+        handle = ask(nvml.nvmlDeviceGetHandleByIndex, index)
+        if handle is None:
+            facts.gpus.append(Gpu(index=index))   # lost or inaccessible: still counted
+            continue
+        facts.gpus.append(_read_gpu(nvml, ask, index, handle))
+    return facts
+
+
+class _Asker:
+    """Calls one NVML query; any NVML error means 'unknown' for that field only."""
+
+    def __init__(self, nvml: Any):
+        self.nvml = nvml
+
+    def __call__(self, fn: Callable, *args):
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError:
+            return None
+        except (AttributeError, NotImplementedError):   # function missing in this driver/binding
+            return None
+
+
+def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
+    gpu = Gpu(index=index)
+    gpu.name = _text(ask(nvml.nvmlDeviceGetName, h))
+    gpu.uuid = _text(ask(nvml.nvmlDeviceGetUUID, h))
+    gpu.serial = _text(ask(nvml.nvmlDeviceGetSerial, h))
+    pci = ask(nvml.nvmlDeviceGetPciInfo, h)
+    gpu.pci_bus_id = _text(pci.busId) if pci is not None else None
+    arch = ask(nvml.nvmlDeviceGetArchitecture, h)
+    gpu.architecture = _ARCHITECTURES.get(arch) if arch is not None else None
+    cc = ask(nvml.nvmlDeviceGetCudaComputeCapability, h)
+    gpu.compute_capability = f"{cc[0]}.{cc[1]}" if cc else None
+    gpu.vbios_version = _text(ask(nvml.nvmlDeviceGetVbiosVersion, h))
+    memory = ask(nvml.nvmlDeviceGetMemoryInfo, h)
+    gpu.memory_total_mib = memory.total // (1 << 20) if memory is not None else None
+    gpu.persistence_mode = _enabled(nvml, ask(nvml.nvmlDeviceGetPersistenceMode, h))
+    mode = ask(nvml.nvmlDeviceGetComputeMode, h)
+    gpu.compute_mode = _COMPUTE_MODES.get(mode) if mode is not None else None
+    mig = ask(nvml.nvmlDeviceGetMigMode, h)
+    if mig is not None:
+        gpu.mig_mode_current, gpu.mig_mode_pending = bool(mig[0]), bool(mig[1])
+
+    graphics, sm, mem = nvml.NVML_CLOCK_GRAPHICS, nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM
+    gpu.clock_graphics_mhz = ask(nvml.nvmlDeviceGetClockInfo, h, graphics)
+    gpu.clock_sm_mhz = ask(nvml.nvmlDeviceGetClockInfo, h, sm)
+    gpu.clock_mem_mhz = ask(nvml.nvmlDeviceGetClockInfo, h, mem)
+    gpu.app_clock_graphics_mhz = ask(nvml.nvmlDeviceGetApplicationsClock, h, graphics)
+    gpu.app_clock_mem_mhz = ask(nvml.nvmlDeviceGetApplicationsClock, h, mem)
+    gpu.default_app_clock_graphics_mhz = ask(nvml.nvmlDeviceGetDefaultApplicationsClock, h, graphics)
+    gpu.default_app_clock_mem_mhz = ask(nvml.nvmlDeviceGetDefaultApplicationsClock, h, mem)
+    gpu.max_clock_graphics_mhz = ask(nvml.nvmlDeviceGetMaxClockInfo, h, graphics)
+    gpu.max_clock_sm_mhz = ask(nvml.nvmlDeviceGetMaxClockInfo, h, sm)
+    gpu.max_clock_mem_mhz = ask(nvml.nvmlDeviceGetMaxClockInfo, h, mem)
+    mem_clocks = ask(nvml.nvmlDeviceGetSupportedMemoryClocks, h)
+    if mem_clocks:
+        gpu.supported_clocks = [
+            ClockPair(mem_mhz=m, graphics_mhz=list(ask(nvml.nvmlDeviceGetSupportedGraphicsClocks, h, m) or []))
+            for m in mem_clocks]
+
+    gpu.power_draw_w = _watts(ask(nvml.nvmlDeviceGetPowerUsage, h))
+    gpu.power_limit_w = _watts(ask(nvml.nvmlDeviceGetPowerManagementLimit, h))
+    gpu.power_default_limit_w = _watts(ask(nvml.nvmlDeviceGetPowerManagementDefaultLimit, h))
+    gpu.power_enforced_limit_w = _watts(ask(nvml.nvmlDeviceGetEnforcedPowerLimit, h))
+    limits = ask(nvml.nvmlDeviceGetPowerManagementLimitConstraints, h)
+    if limits:
+        gpu.power_min_limit_w, gpu.power_max_limit_w = _watts(limits[0]), _watts(limits[1])
+
+    gpu.temperature_c = ask(nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
+    gpu.temperature_slowdown_c = ask(nvml.nvmlDeviceGetTemperatureThreshold, h,
+                                     nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
+    gpu.temperature_shutdown_c = ask(nvml.nvmlDeviceGetTemperatureThreshold, h,
+                                     nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)
+    gpu.temperature_max_operating_c = ask(nvml.nvmlDeviceGetTemperatureThreshold, h,
+                                          nvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX)
+    reasons = ask(nvml.nvmlDeviceGetCurrentClocksEventReasons, h)
+    if reasons is None:
+        reasons = ask(nvml.nvmlDeviceGetCurrentClocksThrottleReasons, h)
+    if reasons is not None:
+        gpu.clock_event_reasons = [name for bit, name in _REASON_BITS if reasons & bit]
+
+    ecc = ask(nvml.nvmlDeviceGetEccMode, h)
+    if ecc is not None:
+        gpu.ecc_mode_current, gpu.ecc_mode_pending = bool(ecc[0]), bool(ecc[1])
+    corrected, uncorrected = nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    gpu.ecc_volatile_corrected = ask(nvml.nvmlDeviceGetTotalEccErrors, h, corrected, nvml.NVML_VOLATILE_ECC)
+    gpu.ecc_volatile_uncorrected = ask(nvml.nvmlDeviceGetTotalEccErrors, h, uncorrected, nvml.NVML_VOLATILE_ECC)
+    gpu.ecc_aggregate_corrected = ask(nvml.nvmlDeviceGetTotalEccErrors, h, corrected, nvml.NVML_AGGREGATE_ECC)
+    gpu.ecc_aggregate_uncorrected = ask(nvml.nvmlDeviceGetTotalEccErrors, h, uncorrected,
+                                        nvml.NVML_AGGREGATE_ECC)
+
+    single = ask(nvml.nvmlDeviceGetRetiredPages, h, nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+    double = ask(nvml.nvmlDeviceGetRetiredPages, h, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    gpu.retired_pages_single_bit = len(single) if single is not None else None
+    gpu.retired_pages_double_bit = len(double) if double is not None else None
+    gpu.retired_pages_pending = _enabled(nvml, ask(nvml.nvmlDeviceGetRetiredPagesPendingStatus, h))
+    rows = ask(nvml.nvmlDeviceGetRemappedRows, h)
+    if rows is not None:
+        gpu.remapped_rows_correctable, gpu.remapped_rows_uncorrectable = rows[0], rows[1]
+        gpu.remapped_rows_pending, gpu.remapped_rows_failure = bool(rows[2]), bool(rows[3])
+
+    gpu.pcie_gen_current = ask(nvml.nvmlDeviceGetCurrPcieLinkGeneration, h)
+    gpu.pcie_gen_max = ask(nvml.nvmlDeviceGetMaxPcieLinkGeneration, h)
+    gpu.pcie_gen_device_max = ask(nvml.nvmlDeviceGetGpuMaxPcieLinkGeneration, h)
+    gpu.pcie_width_current = ask(nvml.nvmlDeviceGetCurrPcieLinkWidth, h)
+    gpu.pcie_width_max = ask(nvml.nvmlDeviceGetMaxPcieLinkWidth, h)
+    gpu.nvlinks = _nvlinks(nvml, ask, h)
+    gpu.numa_node = ask(nvml.nvmlDeviceGetNumaNodeId, h)
+    affinity = ask(nvml.nvmlDeviceGetCpuAffinity, h, _CPU_SET_WORDS)
+    if affinity is not None:
+        cpus = [word * 64 + bit for word, mask in enumerate(affinity) for bit in range(64) if mask >> bit & 1]
+        gpu.cpu_affinity = compress_cpulist(cpus) if cpus else None
+    return gpu
+
+
+def _nvlinks(nvml: Any, ask: _Asker, h: Any) -> Optional[List[NvLink]]:
+    links: List[NvLink] = []
+    for link in range(nvml.NVML_NVLINK_MAX_LINKS):
+        state = ask(nvml.nvmlDeviceGetNvLinkState, h, link)
+        if state is None:
+            continue
+        version = ask(nvml.nvmlDeviceGetNvLinkVersion, h, link)
+        links.append(NvLink(link=link, active=bool(state),
+                            version=_NVLINK_VERSIONS.get(version) if version is not None else None))
+    return links or None
+
+
+def _enabled(nvml: Any, value: Optional[int]) -> Optional[bool]:
+    return None if value is None else value == nvml.NVML_FEATURE_ENABLED
+
+
+def _watts(milliwatts: Optional[int]) -> Optional[float]:
+    return None if milliwatts is None else milliwatts / 1000.0
+
+
+def _text(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,418 @@
+"""The typed snapshot of one host: everything gpuprep knows, nothing it judged.
+
+`None` means *unknown* (not supported by that GPU, not captured, not readable) and is a
+first-class value: rules must treat it as "cannot tell", never as zero or "off".
+Snapshots round-trip through JSON; the document carries a `schema` version so a newer
+file is refused with a clear message instead of being half-read.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import typing
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from .errors import BadInput
+
+SCHEMA = "gpuprep.snapshot/1"
+SCHEMA_MAJOR = 1
+
+
+@dataclass
+class ClockPair:
+    """One supported memory clock and the graphics clocks allowed with it (MHz)."""
+    mem_mhz: int
+    graphics_mhz: List[int] = field(default_factory=list)
+
+
+@dataclass
+class NvLink:
+    link: int
+    active: Optional[bool] = None
+    version: Optional[int] = None
+    speed_gbps: Optional[float] = None
+
+
+@dataclass
+class Gpu:
+    index: int
+    name: Optional[str] = None
+    uuid: Optional[str] = None
+    serial: Optional[str] = None
+    pci_bus_id: Optional[str] = None
+    architecture: Optional[str] = None
+    compute_capability: Optional[str] = None
+    vbios_version: Optional[str] = None
+    memory_total_mib: Optional[int] = None
+    persistence_mode: Optional[bool] = None
+    compute_mode: Optional[str] = None
+    mig_mode_current: Optional[bool] = None
+    mig_mode_pending: Optional[bool] = None
+    mig_devices: Optional[int] = None
+    # clocks, MHz
+    clock_graphics_mhz: Optional[int] = None
+    clock_sm_mhz: Optional[int] = None
+    clock_mem_mhz: Optional[int] = None
+    app_clock_graphics_mhz: Optional[int] = None
+    app_clock_mem_mhz: Optional[int] = None
+    default_app_clock_graphics_mhz: Optional[int] = None
+    default_app_clock_mem_mhz: Optional[int] = None
+    max_clock_graphics_mhz: Optional[int] = None
+    max_clock_sm_mhz: Optional[int] = None
+    max_clock_mem_mhz: Optional[int] = None
+    supported_clocks: Optional[List[ClockPair]] = None
+    # power, W
+    power_draw_w: Optional[float] = None
+    power_limit_w: Optional[float] = None
+    power_default_limit_w: Optional[float] = None
+    power_enforced_limit_w: Optional[float] = None
+    power_min_limit_w: Optional[float] = None
+    power_max_limit_w: Optional[float] = None
+    # temperatures, C
+    temperature_c: Optional[int] = None
+    temperature_slowdown_c: Optional[int] = None
+    temperature_shutdown_c: Optional[int] = None
+    temperature_max_operating_c: Optional[int] = None
+    memory_temperature_c: Optional[int] = None
+    # active clock event (throttle) reasons by NVML name, e.g. "hw_slowdown"; None = unknown
+    clock_event_reasons: Optional[List[str]] = None
+    # ECC
+    ecc_mode_current: Optional[bool] = None
+    ecc_mode_pending: Optional[bool] = None
+    ecc_volatile_corrected: Optional[int] = None
+    ecc_volatile_uncorrected: Optional[int] = None
+    ecc_aggregate_corrected: Optional[int] = None
+    ecc_aggregate_uncorrected: Optional[int] = None
+    # pre-Ampere page retirement
+    retired_pages_single_bit: Optional[int] = None
+    retired_pages_double_bit: Optional[int] = None
+    retired_pages_pending: Optional[bool] = None
+    # Ampere+ row remapping
+    remapped_rows_correctable: Optional[int] = None
+    remapped_rows_uncorrectable: Optional[int] = None
+    remapped_rows_pending: Optional[bool] = None
+    remapped_rows_failure: Optional[bool] = None
+    # PCIe
+    pcie_gen_current: Optional[int] = None
+    pcie_gen_max: Optional[int] = None
+    pcie_gen_device_max: Optional[int] = None
+    pcie_gen_host_max: Optional[int] = None
+    pcie_width_current: Optional[int] = None
+    pcie_width_max: Optional[int] = None
+    nvlinks: Optional[List[NvLink]] = None
+    numa_node: Optional[int] = None
+    cpu_affinity: Optional[str] = None
+
+
+@dataclass
+class NvmlStatus:
+    """Whether the NVIDIA management library answered, and if not, why."""
+    available: Optional[bool] = None
+    # driver-not-loaded | library-not-found | version-mismatch | no-permission | not-installed | error
+    reason: Optional[str] = None
+    message: Optional[str] = None
+    library_version: Optional[str] = None
+
+
+@dataclass
+class System:
+    hostname: Optional[str] = None
+    os_name: Optional[str] = None
+    os_version: Optional[str] = None
+    kernel: Optional[str] = None
+    kernel_cmdline: Optional[str] = None
+    arch: Optional[str] = None
+    cpu_model: Optional[str] = None
+    sockets: Optional[int] = None
+    cores: Optional[int] = None
+    threads: Optional[int] = None
+    memory_total_mib: Optional[int] = None
+    swap_total_mib: Optional[int] = None
+
+
+@dataclass
+class NumaNode:
+    node: int
+    cpulist: Optional[str] = None
+    memory_mib: Optional[int] = None
+
+
+@dataclass
+class Nic:
+    name: str
+    pci_bus_id: Optional[str] = None
+    numa_node: Optional[int] = None
+    speed_mbps: Optional[int] = None
+    operstate: Optional[str] = None
+    rdma_device: Optional[str] = None
+
+
+@dataclass
+class RdmaDevice:
+    name: str
+    link_layer: Optional[str] = None   # InfiniBand | Ethernet
+    state: Optional[str] = None        # e.g. "4: ACTIVE"
+    rate_gbps: Optional[float] = None
+    numa_node: Optional[int] = None
+    netdev: Optional[str] = None
+
+
+@dataclass
+class Settings:
+    cpu_governors: Optional[List[str]] = None   # distinct governors across CPUs
+    thp_enabled: Optional[str] = None           # always | madvise | never
+    thp_defrag: Optional[str] = None
+    numa_balancing: Optional[int] = None
+    swappiness: Optional[int] = None
+    memlock_soft: Optional[str] = None          # bytes as text, or "unlimited"
+    memlock_hard: Optional[str] = None
+    shm_size_mib: Optional[int] = None
+    iommu_groups: Optional[int] = None
+
+
+@dataclass
+class TorchInfo:
+    version: Optional[str] = None
+    cuda: Optional[str] = None
+    cudnn: Optional[str] = None
+    arch_list: Optional[List[str]] = None
+
+
+@dataclass
+class Toolkit:
+    path: str
+    version: Optional[str] = None
+
+
+@dataclass
+class Software:
+    driver_version: Optional[str] = None
+    kernel_module_version: Optional[str] = None
+    cuda_driver_version: Optional[str] = None
+    cuda_toolkits: Optional[List[Toolkit]] = None
+    cudnn_version: Optional[str] = None
+    nccl_version: Optional[str] = None
+    torch: Optional[TorchInfo] = None
+    container_toolkit_version: Optional[str] = None
+
+
+@dataclass
+class Container:
+    docker_reachable: Optional[bool] = None
+    docker_version: Optional[str] = None
+    runtimes: Optional[List[str]] = None
+    default_runtime: Optional[str] = None
+    error: Optional[str] = None
+
+
+@dataclass
+class Topology:
+    """`nvidia-smi topo -m`: link type between every pair of devices (GPU0.., NIC0..)."""
+    devices: List[str] = field(default_factory=list)
+    matrix: Dict[str, Dict[str, str]] = field(default_factory=dict)
+    nic_names: Dict[str, str] = field(default_factory=dict)
+    cpu_affinity: Dict[str, str] = field(default_factory=dict)
+    numa_affinity: Dict[str, Optional[int]] = field(default_factory=dict)
+
+    def gpus(self) -> List[str]:
+        return [d for d in self.devices if d.startswith("GPU")]
+
+    def nics(self) -> List[str]:
+        return [d for d in self.devices if not d.startswith("GPU")]
+
+
+@dataclass
+class XidEvent:
+    code: int
+    pci: Optional[str] = None
+    kind: str = "xid"                  # xid | sxid
+    time: Optional[str] = None
+    pid: Optional[str] = None
+    process: Optional[str] = None
+    message: Optional[str] = None
+
+
+@dataclass
+class Snapshot:
+    schema: str = SCHEMA
+    sources: List[str] = field(default_factory=list)
+    collected_at: Optional[str] = None
+    system: System = field(default_factory=System)
+    numa_nodes: Optional[List[NumaNode]] = None
+    nics: Optional[List[Nic]] = None
+    interfaces: Optional[Dict[str, str]] = None      # every network interface -> operstate
+    rdma_devices: Optional[List[RdmaDevice]] = None
+    kernel_modules: Optional[Dict[str, bool]] = None
+    settings: Settings = field(default_factory=Settings)
+    env: Optional[Dict[str, str]] = None
+    software: Software = field(default_factory=Software)
+    container: Container = field(default_factory=Container)
+    nvml: NvmlStatus = field(default_factory=NvmlStatus)
+    gpus: Optional[List[Gpu]] = None
+    topology: Optional[Topology] = None
+    xids: Optional[List[XidEvent]] = None
+
+    # -- JSON -------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: dict, origin: str = "snapshot") -> "Snapshot":
+        if not isinstance(data, dict) or "schema" not in data:
+            raise BadInput(f"{origin}: not a gpuprep snapshot (no 'schema' field)")
+        schema = str(data["schema"])
+        name, _, version = schema.partition("/")
+        if name != "gpuprep.snapshot" or not version.isdigit():
+            raise BadInput(f"{origin}: unknown snapshot schema {schema!r}")
+        if int(version) > SCHEMA_MAJOR:
+            raise BadInput(f"{origin}: snapshot schema {schema} is newer than this gpuprep reads "
+                           f"({SCHEMA}); upgrade gpuprep")
+        try:
+            return _build(cls, data)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise BadInput(f"{origin}: malformed snapshot: {exc}") from None
+
+    @classmethod
+    def from_json(cls, text: str, origin: str = "snapshot") -> "Snapshot":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BadInput(f"{origin}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        return cls.from_dict(data, origin)
+
+    # -- helpers ----------------------------------------------------------------------
+    def gpu_count(self) -> int:
+        return len(self.gpus or [])
+
+    def gpu_by_bus(self, bus_id: str) -> Optional[Gpu]:
+        key = normalize_bus_id(bus_id)
+        for gpu in self.gpus or []:
+            if gpu.pci_bus_id and normalize_bus_id(gpu.pci_bus_id) == key:
+                return gpu
+        return None
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """'00000000:18:00.0', '0000:18:00.0' and kernel-log 'PCI:0000:18:00' name the same device."""
+    text = bus_id.strip().lower()
+    if text.startswith("pci:"):
+        text = text[4:]
+    parts = text.split(":")
+    if len(parts) == 3:
+        domain, bus, devfn = parts
+    elif len(parts) == 2:
+        domain, (bus, devfn) = "0", parts
+    else:
+        return text
+    device = devfn.split(".")[0]
+    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
+
+
+# --- generic dataclass construction from JSON -----------------------------------------
+
+def _build(tp, value):
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _build(inner[0], value)
+    if origin in (list, List):
+        (item,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list, got {type(value).__name__}")
+        return [_build(item, v) for v in value]
+    if origin in (dict, Dict):
+        _, item = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise TypeError(f"expected an object, got {type(value).__name__}")
+        return {str(k): _build(item, v) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise TypeError(f"{tp.__name__}: expected an object, got {type(value).__name__}")
+        hints = _hints(tp)
+        known = {f.name for f in dataclasses.fields(tp)}
+        kwargs = {k: _build(hints[k], v) for k, v in value.items() if k in known}
+        return tp(**kwargs)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float, str, bool) and not isinstance(value, tp):
+        raise TypeError(f"expected {tp.__name__}, got {value!r}")
+    return value
+
+
+_HINTS: dict = {}
+
+
+def _hints(tp):
+    if tp not in _HINTS:
+        _HINTS[tp] = typing.get_type_hints(tp, vars(sys.modules[tp.__module__]))
+    return _HINTS[tp]
+
+
+# --- combining partial snapshots (several captures of one host) ------------------------
+
+def merge(base: Snapshot, extra: Snapshot) -> Snapshot:
+    """Fill what `base` does not know from `extra`. GPUs pair up by bus id, then UUID, then
+    index; Xid events add up; the first known value of any other field wins."""
+    out = _merge_value(base, extra)
+    out.sources = base.sources + [s for s in extra.sources if s not in base.sources]
+    out.gpus = _merge_gpus(base.gpus, extra.gpus)
+    if base.xids is not None or extra.xids is not None:
+        out.xids = (base.xids or []) + (extra.xids or [])
+    return out
+
+
+def _merge_value(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if dataclasses.is_dataclass(a) and type(a) is type(b):
+        defaults = type(a)()  if _all_defaulted(type(a)) else None
+        kwargs = {}
+        for f in dataclasses.fields(a):
+            va, vb = getattr(a, f.name), getattr(b, f.name)
+            if defaults is not None and va == getattr(defaults, f.name):
+                va = None if not dataclasses.is_dataclass(va) else va
+            kwargs[f.name] = _merge_value(va, vb)
+        return type(a)(**kwargs)
+    if isinstance(a, dict) and isinstance(b, dict):
+        merged = dict(b)
+        merged.update(a)
+        return merged
+    return a
+
+
+def _all_defaulted(tp) -> bool:
+    return all(f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+               for f in dataclasses.fields(tp))
+
+
+def _merge_gpus(a: Optional[List[Gpu]], b: Optional[List[Gpu]]) -> Optional[List[Gpu]]:
+    if a is None or b is None:
+        return a if b is None else b
+    merged = list(a)
+    for gpu in b:
+        match = None
+        for i, known in enumerate(merged):
+            if gpu.pci_bus_id and known.pci_bus_id:
+                if normalize_bus_id(gpu.pci_bus_id) == normalize_bus_id(known.pci_bus_id):
+                    match = i
+                    break
+            elif gpu.uuid and known.uuid and gpu.uuid == known.uuid:
+                match = i
+                break
+            elif known.index == gpu.index and not (gpu.uuid and known.uuid):
+                match = i
+                break
+        if match is None:
+            merged.append(gpu)
+        else:
+            merged[match] = _merge_value(merged[match], gpu)
+    return sorted(merged, key=lambda g: g.index)
