@@ -1,0 +1,92 @@
+"""The compatibility knowledge base: data files in gpuprep/data, each row with its source.
+Loaded lazily and once; nothing here decides a verdict."""
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Dict, List, Optional, Tuple
+
+
+def _rows(name: str) -> List[Dict[str, str]]:
+    text = resources.files("gpuprep").joinpath("data", name).read_text(encoding="utf-8")
+    body = "\n".join(line for line in text.splitlines() if line.strip() and not line.startswith("#"))
+    return list(csv.DictReader(io.StringIO(body)))
+
+
+def version_key(text: str) -> Tuple[int, ...]:
+    """'535.104.05' -> (535, 104, 5); '2.5.1+cu124' -> (2, 5, 1)."""
+    return tuple(int(p) for p in re.findall(r"\d+", text.split("+")[0])[:4])
+
+
+@dataclass(frozen=True)
+class CudaRelease:
+    cuda: str               # "12.4"
+    label: str              # "CUDA 12.4 Update 1"
+    toolkit_driver: str     # full compatibility minimum (Linux x86_64)
+    minor_compat_driver: Optional[str]   # minimum under minor-version compatibility (11.0+)
+    source: str
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_releases() -> List[CudaRelease]:
+    return [CudaRelease(r["cuda_toolkit"], r["release_label"], r["toolkit_driver_linux_x86_64"],
+                        r["minor_compat_min_driver"] or None, r["source"]) for r in _rows("cuda-driver.csv")]
+
+
+def cuda_release(cuda: str) -> Optional[CudaRelease]:
+    """The GA release of a CUDA minor version (its driver minimum is the one the runtime needs)."""
+    key = version_key(cuda)[:2]
+    matches = [r for r in cuda_releases() if version_key(r.cuda)[:2] == key]
+    if not matches:
+        return None
+    return min(matches, key=lambda r: version_key(r.toolkit_driver))
+
+
+@functools.lru_cache(maxsize=None)
+def cudnn_rows() -> List[Dict[str, str]]:
+    return _rows("cudnn.csv")
+
+
+@functools.lru_cache(maxsize=None)
+def torch_arch_rows() -> List[Dict[str, str]]:
+    return _rows("torch-arch.csv")
+
+
+def torch_arch(torch_version: str, cuda_variant: str) -> Optional[Dict[str, str]]:
+    release = ".".join(str(p) for p in version_key(torch_version)[:2])
+    for row in torch_arch_rows():
+        if row["torch"] == release and row["cuda_variant"] == cuda_variant:
+            return row
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_models() -> List[Dict[str, str]]:
+    return _rows("gpus.csv")
+
+
+def gpu_model(name: Optional[str]) -> Optional[Dict[str, str]]:
+    if not name:
+        return None
+    for row in gpu_models():
+        if re.search(row["name_regex"], name):
+            return row
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def xid_catalog() -> Dict[int, Dict[str, str]]:
+    return {int(r["xid"]): r for r in _rows("xid.csv") if r["xid"].isdigit()}
+
+
+@functools.lru_cache(maxsize=None)
+def sxid_catalog() -> Dict[int, Dict[str, str]]:
+    return {int(r["sxid"]): r for r in _rows("sxid.csv") if r["sxid"].isdigit()}
+
+
+def profiles_text() -> str:
+    return resources.files("gpuprep").joinpath("data", "profiles.toml").read_text(encoding="utf-8")

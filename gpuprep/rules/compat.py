@@ -1,0 +1,189 @@
+"""compat.*: will this driver run this CUDA runtime, this cuDNN, this PyTorch wheel on this GPU?
+
+The judging functions take plain versions so `gpuprep compat` (no host) and `gpuprep check`
+(a snapshot) reach the same verdicts.
+"""
+from __future__ import annotations
+
+import re
+from typing import List, Optional
+
+from .. import knowledge as kb
+from ..knowledge import version_key
+from . import Finding, all_gpus, gpu_subject, host, rule
+
+_JIT_NOTE = ("Under minor-version compatibility the runtime starts, but PTX JIT (Triton, torch.compile, "
+             "custom kernels built for a newer CUDA) needs the full driver minimum")
+
+
+def cuda_of_variant(variant: Optional[str]) -> Optional[str]:
+    """'cu124' -> '12.4', 'cu118' -> '11.8', 'cu130' -> '13.0'."""
+    match = re.fullmatch(r"cu(\d{2,3})", variant or "")
+    if not match:
+        return None
+    digits = match.group(1)
+    return f"{digits[:-1]}.{digits[-1]}"
+
+
+def variant_of_torch(version: Optional[str]) -> Optional[str]:
+    match = re.search(r"\+(cu\d+|cpu|rocm[\d.]+)", version or "")
+    return match.group(1) if match else None
+
+
+def judge_driver_for_cuda(finding_id: str, subject: str, what: str, driver: str, cuda: str) -> Finding:
+    """Fail below the minor-version-compatibility minimum (or, before CUDA 11, below the toolkit's own
+    minimum); warn between that and the toolkit's full minimum; pass from there on."""
+    release = kb.cuda_release(cuda)
+    evidence = {"driver": driver, "cuda": cuda}
+    if release is None:
+        return Finding(finding_id, "info", subject, f"{what}: CUDA {cuda} is not in gpuprep's table", evidence,
+                       "Check NVIDIA's CUDA release notes for this CUDA version's driver minimum")
+    evidence.update(full_minimum=release.toolkit_driver, minor_compat_minimum=release.minor_compat_driver)
+    have = version_key(driver)
+    full = version_key(release.toolkit_driver)
+    remedy = f"Install NVIDIA driver >= {release.toolkit_driver} (CUDA {cuda}'s toolkit driver), or use a build for an older CUDA"
+    if have >= full:
+        return Finding(finding_id, "pass", subject, f"{what}: driver {driver} supports CUDA {cuda}", evidence,
+                       source=release.source)
+    if release.minor_compat_driver and have >= version_key(release.minor_compat_driver):
+        return Finding(finding_id, "warn", subject,
+                       f"{what}: driver {driver} runs CUDA {cuda} only under minor-version compatibility",
+                       {**evidence, "note": _JIT_NOTE}, remedy, release.source)
+    return Finding(finding_id, "fail", subject, f"{what}: driver {driver} is too old for CUDA {cuda}",
+                   evidence, remedy, release.source)
+
+
+def judge_torch_arch(subject: str, torch_version: str, variant: str, cc: str,
+                     arch_list: Optional[List[str]] = None) -> Finding:
+    row = kb.torch_arch(torch_version, variant)
+    evidence = {"torch": torch_version, "cuda_variant": variant, "compute_capability": cc}
+    if arch_list is None:
+        if row is None:
+            return Finding("compat.torch-arch", "info", subject,
+                           f"PyTorch {torch_version}+{variant} is not in gpuprep's arch table", evidence,
+                           "Run `python -c 'import torch; print(torch.cuda.get_arch_list())'` on the host")
+        arch_list = row["arch_list"].split(";")
+    ptx = [p for p in re.findall(r"compute_(\d+)", row["ptx"] if row else "")]
+    evidence["arch_list"] = arch_list
+    major, minor = (int(p) for p in cc.split(".")[:2])
+    sass = [(int(a[3:-1]), int(a[-1])) for a in arch_list if re.fullmatch(r"sm_\d+", a)]
+    source = (row or {}).get("source")
+    inferred = (row or {}).get("evidence") == "inferred"
+    if any(m == major and n <= minor for m, n in sass):
+        return Finding("compat.torch-arch", "pass", subject,
+                       f"PyTorch {torch_version}+{variant} has kernels for compute capability {cc}", evidence,
+                       source=source)
+    if any((int(p[:-1]), int(p[-1])) <= (major, minor) for p in ptx):
+        return Finding("compat.torch-arch", "warn", subject,
+                       f"PyTorch {torch_version}+{variant} runs on compute capability {cc} only through PTX JIT",
+                       {**evidence, "ptx": row["ptx"]}, "Use a wheel built for this GPU (e.g. a newer cu12x/cu13x build)",
+                       source)
+    severity = "warn" if inferred else "fail"
+    newer = _wheels_supporting(cc)
+    remedy = "Install a PyTorch wheel built for this GPU" + (f", e.g. {newer}" if newer else "")
+    if inferred:
+        evidence["note"] = "the arch list for this wheel is inferred, not measured"
+    return Finding("compat.torch-arch", severity, subject,
+                   f"PyTorch {torch_version}+{variant} has no kernels for compute capability {cc}",
+                   evidence, remedy, source)
+
+
+def _wheels_supporting(cc: str) -> Optional[str]:
+    major, minor = (int(p) for p in cc.split(".")[:2])
+    for row in sorted(kb.torch_arch_rows(), key=lambda r: version_key(r["torch"]), reverse=True):
+        sass = [(int(a[3:-1]), int(a[-1])) for a in row["arch_list"].split(";") if re.fullmatch(r"sm_\d+", a)]
+        if any(m == major and n <= minor for m, n in sass):
+            return f"torch {row['torch']} {row['cuda_variant']}"
+    return None
+
+
+def judge_cudnn(subject: str, cudnn: str, cuda: str, driver: Optional[str]) -> Finding:
+    rows = [r for r in kb.cudnn_rows() if r["cudnn_version"] == ".".join(cudnn.split(".")[:3])]
+    evidence = {"cudnn": cudnn, "cuda": cuda}
+    if not rows:
+        return Finding("compat.cudnn-cuda", "info", subject, f"cuDNN {cudnn} is not in gpuprep's table", evidence,
+                       "Check NVIDIA's cuDNN support matrix for this release")
+    cuda_mm = ".".join(cuda.split(".")[:2])
+    fitting = [r for r in rows if cuda_mm in r["cuda_toolkits"].split(";")]
+    if not fitting:
+        majors = sorted({t for r in rows for t in r["cuda_toolkits"].split(";") if t != "?"})
+        return Finding("compat.cudnn-cuda", "fail", subject, f"cuDNN {cudnn} is not built for CUDA {cuda}",
+                       {**evidence, "supported_cuda": majors},
+                       f"Install the cuDNN {cudnn} package for CUDA {cuda.split('.')[0]}.x", rows[0]["source"])
+    row = fitting[0]
+    minimum = row["min_driver_linux"].lstrip(">=")
+    if driver and minimum and minimum[0].isdigit() and version_key(driver) < version_key(minimum):
+        return Finding("compat.cudnn-cuda", "fail", subject,
+                       f"cuDNN {cudnn} for CUDA {cuda} needs driver >= {minimum}",
+                       {**evidence, "driver": driver, "minimum_driver": minimum},
+                       f"Install NVIDIA driver >= {minimum}", row["source"])
+    return Finding("compat.cudnn-cuda", "pass", subject, f"cuDNN {cudnn} supports CUDA {cuda}", evidence,
+                   source=row["source"])
+
+
+def compute_capability(gpu) -> Optional[str]:
+    if gpu.compute_capability:
+        return gpu.compute_capability
+    model = kb.gpu_model(gpu.name)
+    return model["compute_capability"] if model else None
+
+
+# --- rules over a snapshot ----------------------------------------------------------------------
+
+@rule
+def torch_driver(snap, ctx):
+    torch = snap.software.torch
+    driver = snap.software.driver_version
+    if not torch or not torch.cuda or not driver:
+        return []
+    return [judge_driver_for_cuda("compat.torch-driver", host(snap), f"PyTorch {torch.version}", driver, torch.cuda)]
+
+
+@rule
+def toolkit_driver(snap, ctx):
+    driver = snap.software.driver_version
+    if not driver:
+        return []
+    return [judge_driver_for_cuda("compat.toolkit-driver", tk.path, f"CUDA toolkit {tk.version}", driver, tk.version)
+            for tk in snap.software.cuda_toolkits or [] if tk.version]
+
+
+@rule
+def cudnn_cuda(snap, ctx):
+    software = snap.software
+    cuda = (software.torch.cuda if software.torch and software.torch.cuda else None) or next(
+        (tk.version for tk in software.cuda_toolkits or [] if tk.version), None)
+    if not software.cudnn_version or not cuda:
+        return []
+    return [judge_cudnn(host(snap), software.cudnn_version, cuda, software.driver_version)]
+
+
+@rule
+def torch_arch(snap, ctx):
+    torch = snap.software.torch
+    if not torch or not torch.version or not torch.cuda:
+        return []
+    variant = variant_of_torch(torch.version) or "cu" + torch.cuda.replace(".", "")
+    findings = []
+    seen = set()
+    for gpu in all_gpus(snap):
+        cc = compute_capability(gpu)
+        if cc is None or cc in seen:
+            continue
+        seen.add(cc)
+        findings.append(judge_torch_arch(gpu_subject(gpu), torch.version, variant, cc, torch.arch_list))
+    return findings
+
+
+@rule
+def torch_cpu_only(snap, ctx):
+    torch = snap.software.torch
+    if not torch or not torch.version or not snap.gpus:
+        return []
+    if torch.cuda or variant_of_torch(torch.version) not in (None, "cpu"):
+        return []
+    return [Finding("compat.torch-cpu-only", "fail", host(snap),
+                    f"PyTorch {torch.version} is a CPU-only build on a host with {len(snap.gpus)} GPU(s)",
+                    {"torch": torch.version, "gpus": len(snap.gpus)},
+                    "pip install torch --index-url https://download.pytorch.org/whl/cu126 (pick the CUDA "
+                    "variant your driver supports: `gpuprep compat --driver ...`)")]

@@ -1,0 +1,60 @@
+"""driver.*: can the NVIDIA management library talk to the driver at all, and is the loaded
+kernel module the one userspace expects."""
+from __future__ import annotations
+
+from . import Finding, host, rule
+
+_NVML_REASONS = {
+    "version-mismatch": (
+        "fail", "NVIDIA driver/library version mismatch: userspace was upgraded but the old kernel module is loaded",
+        "Reboot, or unload and reload the nvidia modules (stop nvidia-persistenced, fabric manager and GPU "
+        "processes, then `rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && modprobe nvidia`); pin the driver "
+        "afterwards: `gpuprep apply --tags driver_pin`"),
+    "no-permission": (
+        "fail", "NVML refused access: insufficient permissions",
+        "Run as root or give the user access to /dev/nvidia* (inside containers: use the NVIDIA runtime)"),
+    "driver-not-loaded": (
+        "info", "No NVIDIA driver is loaded on this host",
+        "Install the NVIDIA driver (e.g. `apt install nvidia-driver-<branch>-server` or your distro's package) "
+        "and reboot"),
+    "not-installed": (
+        "info", "No NVIDIA driver on this host",
+        "Install the NVIDIA driver if this host should have GPUs"),
+    "library-not-found": (
+        "fail", "The nvidia kernel module is loaded but libnvidia-ml.so (NVML) is missing",
+        "Reinstall the driver's userspace libraries (the package providing libnvidia-ml.so.1)"),
+    "error": (
+        "fail", "NVML failed to initialise",
+        "Check `dmesg` for NVRM errors; inside a container after `systemctl daemon-reload` this is the known "
+        "cgroup device reset: restart the container and set the toolkit's cgroup driver correctly"),
+}
+
+
+@rule
+def nvml_unavailable(snap, ctx):
+    status = snap.nvml
+    if status.available is not False:
+        return []
+    severity, title, remedy = _NVML_REASONS.get(status.reason or "error", _NVML_REASONS["error"])
+    if severity == "info" and ctx.require_gpu:
+        severity = "fail"
+    evidence = {"reason": status.reason, "message": status.message}
+    if status.library_version:
+        evidence["nvml_library_version"] = status.library_version
+    return [Finding("driver.nvml-unavailable", severity, host(snap), title, evidence, remedy,
+                    "NVML return codes (nvmlInit); nvidia-smi error messages")]
+
+
+@rule
+def module_mismatch(snap, ctx):
+    loaded, userspace = snap.software.kernel_module_version, snap.software.driver_version
+    if not loaded or not userspace:
+        return []
+    if loaded == userspace:
+        return [Finding("driver.mixed", "pass", host(snap), "Loaded kernel module matches the driver",
+                        {"kernel_module": loaded, "driver": userspace})]
+    return [Finding("driver.mixed", "fail", host(snap),
+                    "Loaded nvidia kernel module differs from the userspace driver",
+                    {"kernel_module": loaded, "driver": userspace},
+                    "Reboot (or reload the nvidia modules) so the new driver's module is loaded; then "
+                    "`gpuprep apply --tags driver_pin`", "/proc/driver/nvidia/version vs NVML driver version")]

@@ -1,0 +1,79 @@
+"""topo.*: how GPUs reach each other and the network (from `nvidia-smi topo -m` and NVLink state)."""
+from __future__ import annotations
+
+from ..importers.topo import gpu_pairs, nic_device_name
+from . import Finding, all_gpus, gpu_subject, host, rule
+
+_NEAR = ("PIX", "PXB")
+
+
+@rule
+def p2p_path(snap, ctx):
+    topo = snap.topology
+    if not topo or len(topo.gpus()) < 2:
+        return []
+    sys_pairs = [f"{a}-{b}" for a, b, link in gpu_pairs(topo) if link == "SYS"]
+    not_nvlink = [f"{a}-{b}" for a, b, link in gpu_pairs(topo) if link and not link.startswith("NV")]
+    findings = []
+    if sys_pairs:
+        findings.append(Finding("topo.p2p-path", "warn", host(snap),
+                                f"{len(sys_pairs)} GPU pair(s) talk only across the CPU interconnect (SYS)",
+                                {"pairs": sys_pairs},
+                                "Keep a job's GPUs on one NUMA node (CUDA_VISIBLE_DEVICES), or use a host with NVLink/PCIe switches for multi-GPU training",
+                                "nvidia-smi topo -m legend"))
+    if ctx.profile.get("require_nvlink") and not_nvlink:
+        findings.append(Finding("topo.p2p-path", "fail", host(snap),
+                                f"{len(not_nvlink)} GPU pair(s) without NVLink; the profile wants NVLink between all",
+                                {"pairs": not_nvlink}, "Use an NVLink/NVSwitch (SXM) system for this profile"))
+    if not findings:
+        findings.append(Finding("topo.p2p-path", "pass", host(snap), "Every GPU pair has a direct path",
+                                {"links": sorted({l for _, _, l in gpu_pairs(topo) if l})}))
+    return findings
+
+
+@rule
+def nvlink_inactive(snap, ctx):
+    out = []
+    for gpu in all_gpus(snap):
+        links = gpu.nvlinks or []
+        down = [l.link for l in links if l.active is False]
+        if not links:
+            continue
+        if down and len(down) < len(links):
+            out.append(Finding("topo.nvlink-inactive", "fail", gpu_subject(gpu),
+                               f"{len(down)} of {len(links)} NVLinks inactive", {"inactive_links": down},
+                               "Drain the node; check the fabric manager (`systemctl status nvidia-fabricmanager`) "
+                               "and reseat/RMA the baseboard", "nvidia-smi nvlink --status"))
+        elif down:
+            out.append(Finding("topo.nvlink-inactive", "warn", gpu_subject(gpu), "All NVLinks inactive",
+                               {"inactive_links": down}, "Check the NVLink bridge or fabric manager"))
+        else:
+            out.append(Finding("topo.nvlink-inactive", "pass", gpu_subject(gpu), f"{len(links)} NVLinks active"))
+    return out
+
+
+@rule
+def gpu_nic_affinity(snap, ctx):
+    topo = snap.topology
+    if not topo:
+        return []
+    rdma_nics = [n for n in topo.nics() if nic_device_name(topo, n).startswith(("mlx", "ib", "bnxt_re", "efa", "irdma"))]
+    if not rdma_nics:
+        return []
+    out = []
+    for gpu in topo.gpus():
+        links = {n: topo.matrix.get(gpu, {}).get(n) for n in rdma_nics}
+        near = [nic_device_name(topo, n) for n, l in links.items() if l in _NEAR]
+        same_node = [nic_device_name(topo, n) for n, l in links.items() if l in ("PHB", "NODE")]
+        if near:
+            out.append(Finding("topo.gpu-nic-affinity", "pass", gpu, f"RDMA NIC on its PCIe switch: {', '.join(near)}"))
+        elif same_node:
+            out.append(Finding("topo.gpu-nic-affinity", "info", gpu,
+                               f"Nearest RDMA NIC only on the same NUMA node: {', '.join(same_node)}",
+                               {"links": {nic_device_name(topo, n): l for n, l in links.items()}}))
+        else:
+            out.append(Finding("topo.gpu-nic-affinity", "warn", gpu, "No RDMA NIC on this GPU's PCIe switch or NUMA node",
+                               {"links": {nic_device_name(topo, n): l for n, l in links.items()}},
+                               "GPUDirect RDMA traffic will cross the CPU interconnect: move the NIC or pin jobs accordingly",
+                               "nvidia-smi topo -m"))
+    return out
