@@ -335,7 +335,7 @@ def import_xml(text: str, origin: str) -> Snapshot:
         gpu = gpu_from_tree(index, element.get("id"), _xml_to_tree(element), xml=True)
         gpu.supported_clocks = _xml_supported_clocks(element)
         mig = element.find("mig_devices")
-        if mig is not None:
+        if mig is not None and gpu.mig_mode_current:
             gpu.mig_devices = len(mig.findall("mig_device"))
         gpus.append(gpu)
     snap.gpus = gpus

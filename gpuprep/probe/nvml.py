@@ -130,6 +130,9 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
     mig = ask(nvml.nvmlDeviceGetMigMode, h)
     if mig is not None:
         gpu.mig_mode_current, gpu.mig_mode_pending = bool(mig[0]), bool(mig[1])
+    if gpu.mig_mode_current:
+        slots = ask(nvml.nvmlDeviceGetMaxMigDeviceCount, h) or 0
+        gpu.mig_devices = sum(ask(nvml.nvmlDeviceGetMigDeviceHandleByIndex, h, i) is not None for i in range(slots))
 
     graphics, sm, mem = nvml.NVML_CLOCK_GRAPHICS, nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM
     gpu.clock_graphics_mhz = ask(nvml.nvmlDeviceGetClockInfo, h, graphics)
@@ -163,6 +166,7 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
                                      nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)
     gpu.temperature_max_operating_c = ask(nvml.nvmlDeviceGetTemperatureThreshold, h,
                                           nvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX)
+    gpu.memory_temperature_c = _field_value(nvml, ask, h, nvml.NVML_FI_DEV_MEMORY_TEMP)
     reasons = ask(nvml.nvmlDeviceGetCurrentClocksEventReasons, h)
     if reasons is None:
         reasons = ask(nvml.nvmlDeviceGetCurrentClocksThrottleReasons, h)
@@ -213,6 +217,13 @@ def _nvlinks(nvml: Any, ask: _Asker, h: Any) -> Optional[List[NvLink]]:
         links.append(NvLink(link=link, active=bool(state),
                             version=_NVLINK_VERSIONS.get(version) if version is not None else None))
     return links or None
+
+
+def _field_value(nvml: Any, ask: _Asker, h: Any, field_id: int) -> Optional[int]:
+    values = ask(nvml.nvmlDeviceGetFieldValues, h, [field_id])
+    if not values or values[0].nvmlReturn != nvml.NVML_SUCCESS:
+        return None
+    return int(values[0].value.uiVal)
 
 
 def _enabled(nvml: Any, value: Optional[int]) -> Optional[bool]:

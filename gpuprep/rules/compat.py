@@ -56,11 +56,12 @@ def judge_driver_for_cuda(finding_id: str, subject: str, what: str, driver: str,
 def judge_torch_arch(subject: str, torch_version: str, variant: str, cc: str,
                      arch_list: Optional[List[str]] = None) -> Finding:
     row = kb.torch_arch(torch_version, variant)
+    wheel = torch_version if "+" in torch_version else f"{torch_version}+{variant}"
     evidence = {"torch": torch_version, "cuda_variant": variant, "compute_capability": cc}
     if arch_list is None:
         if row is None:
             return Finding("compat.torch-arch", "info", subject,
-                           f"PyTorch {torch_version}+{variant} is not in gpuprep's arch table", evidence,
+                           f"PyTorch {wheel} is not in gpuprep's arch table", evidence,
                            "Run `python -c 'import torch; print(torch.cuda.get_arch_list())'` on the host")
         arch_list = row["arch_list"].split(";")
     ptx = [p for p in re.findall(r"compute_(\d+)", row["ptx"] if row else "")]
@@ -71,11 +72,11 @@ def judge_torch_arch(subject: str, torch_version: str, variant: str, cc: str,
     inferred = (row or {}).get("evidence") == "inferred"
     if any(m == major and n <= minor for m, n in sass):
         return Finding("compat.torch-arch", "pass", subject,
-                       f"PyTorch {torch_version}+{variant} has kernels for compute capability {cc}", evidence,
+                       f"PyTorch {wheel} has kernels for compute capability {cc}", evidence,
                        source=source)
     if any((int(p[:-1]), int(p[-1])) <= (major, minor) for p in ptx):
         return Finding("compat.torch-arch", "warn", subject,
-                       f"PyTorch {torch_version}+{variant} runs on compute capability {cc} only through PTX JIT",
+                       f"PyTorch {wheel} runs on compute capability {cc} only through PTX JIT",
                        {**evidence, "ptx": row["ptx"]}, "Use a wheel built for this GPU (e.g. a newer cu12x/cu13x build)",
                        source)
     severity = "warn" if inferred else "fail"
@@ -84,7 +85,7 @@ def judge_torch_arch(subject: str, torch_version: str, variant: str, cc: str,
     if inferred:
         evidence["note"] = "the arch list for this wheel is inferred, not measured"
     return Finding("compat.torch-arch", severity, subject,
-                   f"PyTorch {torch_version}+{variant} has no kernels for compute capability {cc}",
+                   f"PyTorch {wheel} has no kernels for compute capability {cc}",
                    evidence, remedy, source)
 
 
@@ -187,3 +188,42 @@ def torch_cpu_only(snap, ctx):
                     {"torch": torch.version, "gpus": len(snap.gpus)},
                     "pip install torch --index-url https://download.pytorch.org/whl/cu126 (pick the CUDA "
                     "variant your driver supports: `gpuprep compat --driver ...`)")]
+
+
+def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[str] = None,
+                      torch: Optional[str] = None, gpu_name: Optional[str] = None,
+                      cc: Optional[str] = None) -> List[Finding]:
+    """`gpuprep compat`: the same verdicts `check` gives, for versions typed in by hand."""
+    from ..errors import BadInput
+    if not re.fullmatch(r"\d+(\.\d+){1,2}", driver):
+        raise BadInput(f"--driver {driver!r} is not a driver version like 535.104.05")
+    findings: List[Finding] = []
+    variant = variant_of_torch(torch)
+    if torch and variant is None:
+        raise BadInput(f"--torch {torch!r} needs its variant, e.g. 2.5.1+cu124 or 2.5.1+cpu")
+    torch_cuda = cuda_of_variant(variant)
+    if cuda:
+        findings.append(judge_driver_for_cuda("compat.toolkit-driver", "combination", f"CUDA {cuda}", driver, cuda))
+    if torch_cuda:
+        findings.append(judge_driver_for_cuda("compat.torch-driver", "combination", f"PyTorch {torch}", driver, torch_cuda))
+    if cudnn:
+        runtime = cuda or torch_cuda
+        if not runtime:
+            raise BadInput("--cudnn needs --cuda or a --torch with a CUDA variant")
+        findings.append(judge_cudnn("combination", cudnn, runtime, driver))
+    if gpu_name and not cc:
+        model = kb.gpu_model(gpu_name)
+        if model is None:
+            raise BadInput(f"--gpu {gpu_name!r} is not in gpuprep's GPU table; give --cc instead")
+        cc = model["compute_capability"]
+    if cc and not re.fullmatch(r"\d+\.\d+", cc):
+        raise BadInput(f"--cc {cc!r} is not a compute capability like 9.0")
+    if cc and torch_cuda:
+        findings.append(judge_torch_arch("combination", torch, variant, cc))
+    if cc and variant == "cpu":
+        findings.append(Finding("compat.torch-cpu-only", "fail", "combination", f"PyTorch {torch} is a CPU-only build",
+                                {"torch": torch}, "Install a CUDA build of PyTorch"))
+    if not findings:
+        raise BadInput("nothing to judge: give --cuda, --torch, or --cudnn with the driver")
+    from . import SEVERITY_RANK
+    return sorted(findings, key=lambda f: SEVERITY_RANK[f.severity])

@@ -1,0 +1,149 @@
+"""Command line: parse, call the library, render, map errors to exit codes. Heavy imports stay
+inside the commands that need them."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import List, Optional, Sequence
+
+import click
+
+from . import __version__
+from .errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, GpuprepError
+
+
+def _emit_error(message: str, code: int) -> None:
+    click.echo(f"gpuprep: error: {message}", err=True)
+    sys.exit(code)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="gpuprep", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        _emit_error(exc.format_message(), EXIT_BAD_INPUT)
+    except click.exceptions.Abort:
+        _emit_error("aborted", EXIT_FAILED)
+    except GpuprepError as exc:
+        if os.environ.get("GPUPREP_DEBUG") == "1":
+            raise
+        _emit_error(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        _emit_error("interrupted", 130)
+    except Exception as exc:  # a bug: one line unless asked for the traceback
+        if os.environ.get("GPUPREP_DEBUG") == "1":
+            raise
+        _emit_error(f"internal error: {type(exc).__name__}: {exc} (set GPUPREP_DEBUG=1 for the traceback)",
+                    EXIT_FAILED)
+    sys.exit(EXIT_OK)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpuprep")
+def cli() -> None:
+    """Check, tune and burn in GPU nodes for training."""
+
+
+def _gather(sources: List[str], root: str, no_docker: bool):
+    if sources:
+        from .importers import import_files
+        return import_files(sources)
+    from .probe import collect
+    return collect(root=root, docker=not no_docker)
+
+
+@cli.command()
+@click.option("--from", "sources", multiple=True, metavar="FILE",
+              help="Judge captures instead of this host (nvidia-smi [-q [-x]], topo -m, numactl -H, lscpu, dmesg, snapshot JSON). Repeat to combine.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write here instead of stdout.")
+@click.option("--root", default="/", hidden=True, help="Read /proc and /sys below this directory (tests).")
+@click.option("--no-docker", is_flag=True, help="Do not query the Docker daemon.")
+def snapshot(sources, output, root, no_docker):
+    """Write the host's facts as a snapshot JSON document."""
+    snap = _gather(list(sources), root, no_docker)
+    text = snap.to_json()
+    if output:
+        with open(output, "w") as fh:
+            fh.write(text + "\n")
+    else:
+        click.echo(text)
+
+
+@cli.command()
+@click.option("--from", "sources", multiple=True, metavar="FILE",
+              help="Judge captures instead of this host. Repeat to combine several files of one host.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (snapshot + findings).")
+@click.option("--profile", metavar="NAME|FILE.toml", help="Node profile: dev, training, inference, or a TOML file.")
+@click.option("--skip", multiple=True, metavar="ID", help="Waive a check id (or a whole area). Repeatable.")
+@click.option("--only", multiple=True, metavar="AREA", help="Only this area (or id). Repeatable.")
+@click.option("--require-gpu", is_flag=True, help="Fail when no NVIDIA driver/GPU is present.")
+@click.option("-v", "--verbose", is_flag=True, help="Show passing checks too.")
+@click.option("--facts-only", is_flag=True, help="Show the facts without judging them.")
+@click.option("--root", default="/", hidden=True)
+@click.option("--no-docker", is_flag=True, help="Do not query the Docker daemon.")
+def check(sources, as_json, profile, skip, only, require_gpu, verbose, facts_only, root, no_docker):
+    """Gather facts (or read captures), judge them, report findings. Exit 1 if any check fails."""
+    from .profiles import load as load_profile
+    from .rules import Context, evaluate
+
+    chosen = load_profile(profile) if profile else {}
+    snap = _gather(list(sources), root, no_docker)
+    findings = None if facts_only else evaluate(snap, Context(profile=chosen, require_gpu=require_gpu), skip, only)
+    if as_json:
+        from .report import check_document, to_json
+        click.echo(to_json(check_document(snap, findings or [])))
+    else:
+        from .report.terminal import render
+        click.echo(render(snap, findings, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
+    if findings and any(f.severity == "fail" for f in findings):
+        sys.exit(EXIT_FAILED)
+
+
+@cli.command()
+@click.option("--driver", required=True, help="NVIDIA driver version, e.g. 535.104.05")
+@click.option("--cuda", help="CUDA toolkit/runtime version, e.g. 12.4")
+@click.option("--cudnn", help="cuDNN version, e.g. 9.1.0")
+@click.option("--torch", "torch_version", help="PyTorch version with its variant, e.g. 2.5.1+cu124")
+@click.option("--gpu", help='GPU name as nvidia-smi prints it, e.g. "NVIDIA H100 80GB HBM3"')
+@click.option("--cc", help="Compute capability, e.g. 9.0")
+@click.option("--json", "as_json", is_flag=True)
+def compat(driver, cuda, cudnn, torch_version, gpu, cc, as_json):
+    """Will this driver / CUDA / cuDNN / PyTorch / GPU combination work? No host needed."""
+    from .rules.compat import judge_combination
+    findings = judge_combination(driver, cuda, cudnn, torch_version, gpu, cc)
+    if as_json:
+        from .report import summary, to_json
+        from .rules import worst
+        click.echo(to_json({"schema": "gpuprep.compat/1", "verdict": worst(findings), "summary": summary(findings),
+                            "findings": [f.to_dict() for f in findings]}))
+    else:
+        from .report.terminal import Writer, render_findings
+        out = Writer(sys.stdout.isatty())
+        render_findings(findings, out, verbose=True)
+        click.echo(out.text(), nl=False)
+    if any(f.severity == "fail" for f in findings):
+        sys.exit(EXIT_FAILED)
+
+
+@cli.command("nccl-env")
+@click.option("--from", "sources", multiple=True, metavar="FILE", help="Compute for a snapshot/captures instead of this host.")
+@click.option("--default-interface", help="Interface of the default route (the live host finds it itself).")
+@click.option("--json", "as_json", is_flag=True)
+def nccl_env(sources, default_interface, as_json):
+    """Print the NCCL/OMP environment gpuprep would write to /etc/gpuprep/env for this host."""
+    from .ncclenv import compute_env, default_route_interface, facts_from_snapshot
+    snap = _gather(list(sources), "/", True)
+    facts = facts_from_snapshot(snap, default_interface or (None if sources else default_route_interface()))
+    env = compute_env(facts)
+    if as_json:
+        import json
+        click.echo(json.dumps(env, indent=2, sort_keys=True))
+    else:
+        for key in sorted(env):
+            click.echo(f"{key}={env[key]}")
+
+
+if __name__ == "__main__":
+    main()

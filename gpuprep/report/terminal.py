@@ -1,0 +1,128 @@
+"""A readable host summary and findings report for the terminal. Plain text with ANSI colour
+only when the stream is a TTY (rich is not imported: `gpuprep check` must start fast)."""
+from __future__ import annotations
+
+from typing import Iterable, List, Optional
+
+from ..rules import SEVERITY_RANK, Finding
+from ..snapshot import Snapshot
+from . import summary
+
+_COLOURS = {"fail": "31", "warn": "33", "info": "36", "pass": "32", "head": "1"}
+
+
+class Writer:
+    def __init__(self, colour: bool):
+        self.colour = colour
+        self.lines: List[str] = []
+
+    def paint(self, text: str, style: str) -> str:
+        return f"\033[{_COLOURS[style]}m{text}\033[0m" if self.colour else text
+
+    def line(self, text: str = "") -> None:
+        self.lines.append(text)
+
+    def heading(self, text: str) -> None:
+        self.line()
+        self.line(self.paint(text, "head"))
+
+    def table(self, header: List[str], rows: Iterable[List[object]]) -> None:
+        rows = [["-" if c is None else str(c) for c in row] for row in rows]
+        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+        self.line("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))
+        for row in rows:
+            self.line("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)))
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def _onoff(value: Optional[bool]) -> Optional[str]:
+    return None if value is None else ("on" if value else "off")
+
+
+def render_facts(snap: Snapshot, out: Writer) -> None:
+    s = snap.system
+    out.line(out.paint(f"gpuprep check: {s.hostname or ', '.join(snap.sources)}", "head"))
+    if any([s.os_name, s.kernel, s.cpu_model]):
+        out.line(f"  OS {s.os_name or '?'} {s.os_version or ''}  kernel {s.kernel or '?'}")
+        out.line(f"  CPU {s.cpu_model or '?'}: {s.sockets or '?'} socket(s), {s.cores or '?'} cores, "
+                 f"{s.threads or '?'} threads; memory {s.memory_total_mib or '?'} MiB")
+    sw = snap.software
+    out.heading("Driver and software")
+    if snap.nvml.available is False:
+        out.line("  NVIDIA driver: " + out.paint(
+            {"not-installed": "not installed (no NVIDIA driver on this host)",
+             "driver-not-loaded": "not loaded",
+             "version-mismatch": "driver/library version mismatch",
+             "no-permission": "NVML: insufficient permissions",
+             "library-not-found": "NVML library not found"}.get(snap.nvml.reason or "", snap.nvml.message or "unavailable"),
+            "warn"))
+    else:
+        out.line(f"  driver {sw.driver_version or '?'}  CUDA (driver API) {sw.cuda_driver_version or '?'}")
+    toolkits = ", ".join(f"{t.version or '?'} ({t.path})" for t in sw.cuda_toolkits or [])
+    out.line(f"  CUDA toolkits: {toolkits or 'none found'}")
+    torch = sw.torch
+    out.line(f"  PyTorch: {torch.version + (' (CUDA ' + torch.cuda + ')' if torch.cuda else ' (no CUDA)') if torch and torch.version else 'not installed'}"
+             f"  cuDNN: {sw.cudnn_version or '-'}  NCCL: {sw.nccl_version or '-'}")
+    c = snap.container
+    if c.docker_reachable is not None:
+        out.line(f"  Docker: {'reachable ' + (c.docker_version or '') if c.docker_reachable else 'not reachable'}"
+                 + (f"; runtimes {', '.join(c.runtimes or [])} (default {c.default_runtime})" if c.docker_reachable else ""))
+    if sw.container_toolkit_version:
+        out.line(f"  nvidia-container-toolkit {sw.container_toolkit_version}")
+
+    if snap.gpus:
+        out.heading(f"GPUs ({len(snap.gpus)})")
+        out.table(["#", "name", "bus id", "mem MiB", "persist", "ECC", "MIG", "PCIe max", "temp C", "power W"],
+                  [[g.index, g.name, g.pci_bus_id, g.memory_total_mib, _onoff(g.persistence_mode),
+                    _onoff(g.ecc_mode_current), _onoff(g.mig_mode_current),
+                    f"Gen{g.pcie_gen_max} x{g.pcie_width_max}" if g.pcie_gen_max else None, g.temperature_c,
+                    f"{g.power_draw_w:.0f}/{g.power_limit_w:.0f}" if g.power_draw_w is not None and g.power_limit_w else None]
+                   for g in snap.gpus])
+    topo = snap.topology
+    if topo and topo.devices:
+        out.heading("Topology (nvidia-smi topo -m)")
+        devices = topo.devices
+        rows = []
+        for d in devices:
+            rows.append([d] + [("X" if d == o else topo.matrix.get(d, {}).get(o, "")) for o in devices]
+                        + [topo.cpu_affinity.get(d, ""), "" if topo.numa_affinity.get(d) is None else topo.numa_affinity[d]])
+        out.table([""] + devices + ["CPU affinity", "NUMA"], rows)
+        for nic, dev in topo.nic_names.items():
+            out.line(f"  {nic} = {dev}")
+    if snap.numa_nodes:
+        out.heading("NUMA")
+        out.table(["node", "cpus", "memory MiB"], [[n.node, n.cpulist or "(none)", n.memory_mib] for n in snap.numa_nodes])
+    if snap.xids:
+        out.heading(f"Kernel log: {len(snap.xids)} Xid/SXid event(s)")
+        for e in snap.xids[-10:]:
+            out.line(f"  {e.time or '?'}  {e.kind.upper()} {e.code}  PCI {e.pci}  {e.message or ''}"[:160])
+
+
+def render_findings(findings: List[Finding], out: Writer, verbose: bool) -> None:
+    shown = [f for f in findings if verbose or f.severity != "pass"]
+    areas = sorted({f.area for f in shown},
+                   key=lambda a: min(SEVERITY_RANK[f.severity] for f in shown if f.area == a))
+    for area in areas:
+        out.heading(f"[{area}]")
+        for f in (x for x in shown if x.area == area):
+            out.line(f"  {out.paint(f.severity.upper().ljust(4), f.severity)}  {f.id}  {f.subject}: {f.title}")
+            if f.severity in ("fail", "warn") and f.evidence:
+                ev = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
+                out.line(f"        evidence: {ev}"[:300])
+            if f.remedy and f.severity != "pass":
+                out.line(f"        remedy:   {f.remedy}")
+    counts = summary(findings)
+    out.line()
+    verdict = "FAIL" if counts["fail"] else ("WARN" if counts["warn"] else "OK")
+    out.line(out.paint(f"{verdict}: {counts['fail']} fail, {counts['warn']} warn, {counts['info']} info, "
+                       f"{counts['pass']} pass", "fail" if counts["fail"] else "warn" if counts["warn"] else "pass"))
+
+
+def render(snap: Snapshot, findings: Optional[List[Finding]], colour: bool, verbose: bool = False) -> str:
+    out = Writer(colour)
+    render_facts(snap, out)
+    if findings is not None:
+        render_findings(findings, out, verbose)
+    return out.text()
