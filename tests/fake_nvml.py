@@ -179,6 +179,8 @@ class FakeNvml:
         reasons = self._field(h, "clock_event_reasons")
         return sum(_REASON_BITS[r] for r in reasons)
 
+    nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReasons
+
     # --- power and temperature --------------------------------------------------------------
     def _milliwatts(self, h, name):
         return int(round(self._field(h, name) * 1000))

@@ -80,14 +80,14 @@ def _init_reason(nvml: Any, exc: Exception) -> str:
 def _read_all(nvml: Any) -> NvmlFacts:
     ask = _Asker(nvml)
     facts = NvmlFacts(NvmlStatus(available=True))
-    facts.status.library_version = ask(nvml.nvmlSystemGetNVMLVersion)
-    facts.driver_version = _text(ask(nvml.nvmlSystemGetDriverVersion))
-    cuda = ask(nvml.nvmlSystemGetCudaDriverVersion_v2) or ask(nvml.nvmlSystemGetCudaDriverVersion)
+    facts.status.library_version = ask(getattr(nvml, "nvmlSystemGetNVMLVersion", None))
+    facts.driver_version = _text(ask(getattr(nvml, "nvmlSystemGetDriverVersion", None)))
+    cuda = ask(getattr(nvml, "nvmlSystemGetCudaDriverVersion_v2", None)) or ask(getattr(nvml, "nvmlSystemGetCudaDriverVersion", None))
     if cuda:
         facts.cuda_driver_version = f"{cuda // 1000}.{(cuda % 1000) // 10}"
-    count = ask(nvml.nvmlDeviceGetCount) or 0
+    count = ask(getattr(nvml, "nvmlDeviceGetCount", None)) or 0
     for index in range(count):
-        handle = ask(nvml.nvmlDeviceGetHandleByIndex, index)
+        handle = ask(getattr(nvml, "nvmlDeviceGetHandleByIndex", None), index)
         if handle is None:
             facts.gpus.append(Gpu(index=index))   # lost or inaccessible: still counted
             continue
@@ -102,6 +102,8 @@ class _Asker:
         self.nvml = nvml
 
     def __call__(self, fn: Callable, *args):
+        if fn is None:
+            return None
         try:
             return fn(*args)
         except self.nvml.NVMLError:
@@ -112,95 +114,95 @@ class _Asker:
 
 def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
     gpu = Gpu(index=index)
-    gpu.name = _text(ask(nvml.nvmlDeviceGetName, h))
-    gpu.uuid = _text(ask(nvml.nvmlDeviceGetUUID, h))
-    gpu.serial = _text(ask(nvml.nvmlDeviceGetSerial, h))
-    pci = ask(nvml.nvmlDeviceGetPciInfo, h)
+    gpu.name = _text(ask(getattr(nvml, "nvmlDeviceGetName", None), h))
+    gpu.uuid = _text(ask(getattr(nvml, "nvmlDeviceGetUUID", None), h))
+    gpu.serial = _text(ask(getattr(nvml, "nvmlDeviceGetSerial", None), h))
+    pci = ask(getattr(nvml, "nvmlDeviceGetPciInfo", None), h)
     gpu.pci_bus_id = _text(pci.busId) if pci is not None else None
-    arch = ask(nvml.nvmlDeviceGetArchitecture, h)
+    arch = ask(getattr(nvml, "nvmlDeviceGetArchitecture", None), h)
     gpu.architecture = _ARCHITECTURES.get(arch) if arch is not None else None
-    cc = ask(nvml.nvmlDeviceGetCudaComputeCapability, h)
+    cc = ask(getattr(nvml, "nvmlDeviceGetCudaComputeCapability", None), h)
     gpu.compute_capability = f"{cc[0]}.{cc[1]}" if cc else None
-    gpu.vbios_version = _text(ask(nvml.nvmlDeviceGetVbiosVersion, h))
-    memory = ask(nvml.nvmlDeviceGetMemoryInfo, h)
+    gpu.vbios_version = _text(ask(getattr(nvml, "nvmlDeviceGetVbiosVersion", None), h))
+    memory = ask(getattr(nvml, "nvmlDeviceGetMemoryInfo", None), h)
     gpu.memory_total_mib = memory.total // (1 << 20) if memory is not None else None
-    gpu.persistence_mode = _enabled(nvml, ask(nvml.nvmlDeviceGetPersistenceMode, h))
-    mode = ask(nvml.nvmlDeviceGetComputeMode, h)
+    gpu.persistence_mode = _enabled(nvml, ask(getattr(nvml, "nvmlDeviceGetPersistenceMode", None), h))
+    mode = ask(getattr(nvml, "nvmlDeviceGetComputeMode", None), h)
     gpu.compute_mode = _COMPUTE_MODES.get(mode) if mode is not None else None
-    mig = ask(nvml.nvmlDeviceGetMigMode, h)
+    mig = ask(getattr(nvml, "nvmlDeviceGetMigMode", None), h)
     if mig is not None:
         gpu.mig_mode_current, gpu.mig_mode_pending = bool(mig[0]), bool(mig[1])
     if gpu.mig_mode_current:
-        slots = ask(nvml.nvmlDeviceGetMaxMigDeviceCount, h) or 0
-        gpu.mig_devices = sum(ask(nvml.nvmlDeviceGetMigDeviceHandleByIndex, h, i) is not None for i in range(slots))
+        slots = ask(getattr(nvml, "nvmlDeviceGetMaxMigDeviceCount", None), h) or 0
+        gpu.mig_devices = sum(ask(getattr(nvml, "nvmlDeviceGetMigDeviceHandleByIndex", None), h, i) is not None for i in range(slots))
 
     graphics, sm, mem = nvml.NVML_CLOCK_GRAPHICS, nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM
-    gpu.clock_graphics_mhz = ask(nvml.nvmlDeviceGetClockInfo, h, graphics)
-    gpu.clock_sm_mhz = ask(nvml.nvmlDeviceGetClockInfo, h, sm)
-    gpu.clock_mem_mhz = ask(nvml.nvmlDeviceGetClockInfo, h, mem)
-    gpu.app_clock_graphics_mhz = ask(nvml.nvmlDeviceGetApplicationsClock, h, graphics)
-    gpu.app_clock_mem_mhz = ask(nvml.nvmlDeviceGetApplicationsClock, h, mem)
-    gpu.default_app_clock_graphics_mhz = ask(nvml.nvmlDeviceGetDefaultApplicationsClock, h, graphics)
-    gpu.default_app_clock_mem_mhz = ask(nvml.nvmlDeviceGetDefaultApplicationsClock, h, mem)
-    gpu.max_clock_graphics_mhz = ask(nvml.nvmlDeviceGetMaxClockInfo, h, graphics)
-    gpu.max_clock_sm_mhz = ask(nvml.nvmlDeviceGetMaxClockInfo, h, sm)
-    gpu.max_clock_mem_mhz = ask(nvml.nvmlDeviceGetMaxClockInfo, h, mem)
-    mem_clocks = ask(nvml.nvmlDeviceGetSupportedMemoryClocks, h)
+    gpu.clock_graphics_mhz = ask(getattr(nvml, "nvmlDeviceGetClockInfo", None), h, graphics)
+    gpu.clock_sm_mhz = ask(getattr(nvml, "nvmlDeviceGetClockInfo", None), h, sm)
+    gpu.clock_mem_mhz = ask(getattr(nvml, "nvmlDeviceGetClockInfo", None), h, mem)
+    gpu.app_clock_graphics_mhz = ask(getattr(nvml, "nvmlDeviceGetApplicationsClock", None), h, graphics)
+    gpu.app_clock_mem_mhz = ask(getattr(nvml, "nvmlDeviceGetApplicationsClock", None), h, mem)
+    gpu.default_app_clock_graphics_mhz = ask(getattr(nvml, "nvmlDeviceGetDefaultApplicationsClock", None), h, graphics)
+    gpu.default_app_clock_mem_mhz = ask(getattr(nvml, "nvmlDeviceGetDefaultApplicationsClock", None), h, mem)
+    gpu.max_clock_graphics_mhz = ask(getattr(nvml, "nvmlDeviceGetMaxClockInfo", None), h, graphics)
+    gpu.max_clock_sm_mhz = ask(getattr(nvml, "nvmlDeviceGetMaxClockInfo", None), h, sm)
+    gpu.max_clock_mem_mhz = ask(getattr(nvml, "nvmlDeviceGetMaxClockInfo", None), h, mem)
+    mem_clocks = ask(getattr(nvml, "nvmlDeviceGetSupportedMemoryClocks", None), h)
     if mem_clocks:
         gpu.supported_clocks = [
-            ClockPair(mem_mhz=m, graphics_mhz=list(ask(nvml.nvmlDeviceGetSupportedGraphicsClocks, h, m) or []))
+            ClockPair(mem_mhz=m, graphics_mhz=list(ask(getattr(nvml, "nvmlDeviceGetSupportedGraphicsClocks", None), h, m) or []))
             for m in mem_clocks]
 
-    gpu.power_draw_w = _watts(ask(nvml.nvmlDeviceGetPowerUsage, h))
-    gpu.power_limit_w = _watts(ask(nvml.nvmlDeviceGetPowerManagementLimit, h))
-    gpu.power_default_limit_w = _watts(ask(nvml.nvmlDeviceGetPowerManagementDefaultLimit, h))
-    gpu.power_enforced_limit_w = _watts(ask(nvml.nvmlDeviceGetEnforcedPowerLimit, h))
-    limits = ask(nvml.nvmlDeviceGetPowerManagementLimitConstraints, h)
+    gpu.power_draw_w = _watts(ask(getattr(nvml, "nvmlDeviceGetPowerUsage", None), h))
+    gpu.power_limit_w = _watts(ask(getattr(nvml, "nvmlDeviceGetPowerManagementLimit", None), h))
+    gpu.power_default_limit_w = _watts(ask(getattr(nvml, "nvmlDeviceGetPowerManagementDefaultLimit", None), h))
+    gpu.power_enforced_limit_w = _watts(ask(getattr(nvml, "nvmlDeviceGetEnforcedPowerLimit", None), h))
+    limits = ask(getattr(nvml, "nvmlDeviceGetPowerManagementLimitConstraints", None), h)
     if limits:
         gpu.power_min_limit_w, gpu.power_max_limit_w = _watts(limits[0]), _watts(limits[1])
 
-    gpu.temperature_c = ask(nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
-    gpu.temperature_slowdown_c = ask(nvml.nvmlDeviceGetTemperatureThreshold, h,
+    gpu.temperature_c = ask(getattr(nvml, "nvmlDeviceGetTemperature", None), h, nvml.NVML_TEMPERATURE_GPU)
+    gpu.temperature_slowdown_c = ask(getattr(nvml, "nvmlDeviceGetTemperatureThreshold", None), h,
                                      nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
-    gpu.temperature_shutdown_c = ask(nvml.nvmlDeviceGetTemperatureThreshold, h,
+    gpu.temperature_shutdown_c = ask(getattr(nvml, "nvmlDeviceGetTemperatureThreshold", None), h,
                                      nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)
-    gpu.temperature_max_operating_c = ask(nvml.nvmlDeviceGetTemperatureThreshold, h,
+    gpu.temperature_max_operating_c = ask(getattr(nvml, "nvmlDeviceGetTemperatureThreshold", None), h,
                                           nvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX)
     gpu.memory_temperature_c = _field_value(nvml, ask, h, nvml.NVML_FI_DEV_MEMORY_TEMP)
-    reasons = ask(nvml.nvmlDeviceGetCurrentClocksEventReasons, h)
+    reasons = ask(getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None), h)
     if reasons is None:
-        reasons = ask(nvml.nvmlDeviceGetCurrentClocksThrottleReasons, h)
+        reasons = ask(getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None), h)
     if reasons is not None:
         gpu.clock_event_reasons = [name for bit, name in _REASON_BITS if reasons & bit]
 
-    ecc = ask(nvml.nvmlDeviceGetEccMode, h)
+    ecc = ask(getattr(nvml, "nvmlDeviceGetEccMode", None), h)
     if ecc is not None:
         gpu.ecc_mode_current, gpu.ecc_mode_pending = bool(ecc[0]), bool(ecc[1])
     corrected, uncorrected = nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-    gpu.ecc_volatile_corrected = ask(nvml.nvmlDeviceGetTotalEccErrors, h, corrected, nvml.NVML_VOLATILE_ECC)
-    gpu.ecc_volatile_uncorrected = ask(nvml.nvmlDeviceGetTotalEccErrors, h, uncorrected, nvml.NVML_VOLATILE_ECC)
-    gpu.ecc_aggregate_corrected = ask(nvml.nvmlDeviceGetTotalEccErrors, h, corrected, nvml.NVML_AGGREGATE_ECC)
-    gpu.ecc_aggregate_uncorrected = ask(nvml.nvmlDeviceGetTotalEccErrors, h, uncorrected,
+    gpu.ecc_volatile_corrected = ask(getattr(nvml, "nvmlDeviceGetTotalEccErrors", None), h, corrected, nvml.NVML_VOLATILE_ECC)
+    gpu.ecc_volatile_uncorrected = ask(getattr(nvml, "nvmlDeviceGetTotalEccErrors", None), h, uncorrected, nvml.NVML_VOLATILE_ECC)
+    gpu.ecc_aggregate_corrected = ask(getattr(nvml, "nvmlDeviceGetTotalEccErrors", None), h, corrected, nvml.NVML_AGGREGATE_ECC)
+    gpu.ecc_aggregate_uncorrected = ask(getattr(nvml, "nvmlDeviceGetTotalEccErrors", None), h, uncorrected,
                                         nvml.NVML_AGGREGATE_ECC)
 
-    single = ask(nvml.nvmlDeviceGetRetiredPages, h, nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-    double = ask(nvml.nvmlDeviceGetRetiredPages, h, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    single = ask(getattr(nvml, "nvmlDeviceGetRetiredPages", None), h, nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+    double = ask(getattr(nvml, "nvmlDeviceGetRetiredPages", None), h, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
     gpu.retired_pages_single_bit = len(single) if single is not None else None
     gpu.retired_pages_double_bit = len(double) if double is not None else None
-    gpu.retired_pages_pending = _enabled(nvml, ask(nvml.nvmlDeviceGetRetiredPagesPendingStatus, h))
-    rows = ask(nvml.nvmlDeviceGetRemappedRows, h)
+    gpu.retired_pages_pending = _enabled(nvml, ask(getattr(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", None), h))
+    rows = ask(getattr(nvml, "nvmlDeviceGetRemappedRows", None), h)
     if rows is not None:
         gpu.remapped_rows_correctable, gpu.remapped_rows_uncorrectable = rows[0], rows[1]
         gpu.remapped_rows_pending, gpu.remapped_rows_failure = bool(rows[2]), bool(rows[3])
 
-    gpu.pcie_gen_current = ask(nvml.nvmlDeviceGetCurrPcieLinkGeneration, h)
-    gpu.pcie_gen_max = ask(nvml.nvmlDeviceGetMaxPcieLinkGeneration, h)
-    gpu.pcie_gen_device_max = ask(nvml.nvmlDeviceGetGpuMaxPcieLinkGeneration, h)
-    gpu.pcie_width_current = ask(nvml.nvmlDeviceGetCurrPcieLinkWidth, h)
-    gpu.pcie_width_max = ask(nvml.nvmlDeviceGetMaxPcieLinkWidth, h)
+    gpu.pcie_gen_current = ask(getattr(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", None), h)
+    gpu.pcie_gen_max = ask(getattr(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", None), h)
+    gpu.pcie_gen_device_max = ask(getattr(nvml, "nvmlDeviceGetGpuMaxPcieLinkGeneration", None), h)
+    gpu.pcie_width_current = ask(getattr(nvml, "nvmlDeviceGetCurrPcieLinkWidth", None), h)
+    gpu.pcie_width_max = ask(getattr(nvml, "nvmlDeviceGetMaxPcieLinkWidth", None), h)
     gpu.nvlinks = _nvlinks(nvml, ask, h)
-    gpu.numa_node = ask(nvml.nvmlDeviceGetNumaNodeId, h)
-    affinity = ask(nvml.nvmlDeviceGetCpuAffinity, h, _CPU_SET_WORDS)
+    gpu.numa_node = ask(getattr(nvml, "nvmlDeviceGetNumaNodeId", None), h)
+    affinity = ask(getattr(nvml, "nvmlDeviceGetCpuAffinity", None), h, _CPU_SET_WORDS)
     if affinity is not None:
         cpus = [word * 64 + bit for word, mask in enumerate(affinity) for bit in range(64) if mask >> bit & 1]
         gpu.cpu_affinity = compress_cpulist(cpus) if cpus else None
@@ -210,17 +212,17 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
 def _nvlinks(nvml: Any, ask: _Asker, h: Any) -> Optional[List[NvLink]]:
     links: List[NvLink] = []
     for link in range(nvml.NVML_NVLINK_MAX_LINKS):
-        state = ask(nvml.nvmlDeviceGetNvLinkState, h, link)
+        state = ask(getattr(nvml, "nvmlDeviceGetNvLinkState", None), h, link)
         if state is None:
             continue
-        version = ask(nvml.nvmlDeviceGetNvLinkVersion, h, link)
+        version = ask(getattr(nvml, "nvmlDeviceGetNvLinkVersion", None), h, link)
         links.append(NvLink(link=link, active=bool(state),
                             version=_NVLINK_VERSIONS.get(version) if version is not None else None))
     return links or None
 
 
 def _field_value(nvml: Any, ask: _Asker, h: Any, field_id: int) -> Optional[int]:
-    values = ask(nvml.nvmlDeviceGetFieldValues, h, [field_id])
+    values = ask(getattr(nvml, "nvmlDeviceGetFieldValues", None), h, [field_id])
     if not values or values[0].nvmlReturn != nvml.NVML_SUCCESS:
         return None
     return int(values[0].value.uiVal)
