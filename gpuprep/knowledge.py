@@ -43,7 +43,9 @@ def cuda_release(cuda: str) -> Optional[CudaRelease]:
     matches = [r for r in cuda_releases() if version_key(r.cuda)[:2] == key]
     if not matches:
         return None
-    return min(matches, key=lambda r: version_key(r.toolkit_driver))
+    ga = [r for r in matches if " GA" in r.label or "general release" in r.label]
+    released = [r for r in matches if " RC" not in r.label]
+    return min(ga or released or matches, key=lambda r: version_key(r.toolkit_driver))
 
 
 @functools.lru_cache(maxsize=None)

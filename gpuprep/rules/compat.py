@@ -111,7 +111,7 @@ def judge_cudnn(subject: str, cudnn: str, cuda: str, driver: Optional[str]) -> F
         return Finding("compat.cudnn-cuda", "fail", subject, f"cuDNN {cudnn} is not built for CUDA {cuda}",
                        {**evidence, "supported_cuda": majors},
                        f"Install the cuDNN {cudnn} package for CUDA {cuda.split('.')[0]}.x", rows[0]["source"])
-    row = fitting[0]
+    row = min(fitting, key=lambda r: version_key(r["min_driver_linux"].lstrip(">=")) or (0,))
     minimum = row["min_driver_linux"].lstrip(">=")
     if driver and minimum and minimum[0].isdigit() and version_key(driver) < version_key(minimum):
         return Finding("compat.cudnn-cuda", "fail", subject,
