@@ -1,0 +1,103 @@
+"""The command line as users run it: real processes, exit codes, one JSON document, one-line errors."""
+import json
+
+import pytest
+
+from conftest import capture_files, corpus, run_cli
+
+# What a GPU engineer reading each capture would raise (fail/warn ids); everything else passes or is info.
+EXPECTED = {
+    "a100-sxm4-x4.nvidia-smi-q.txt": {"gpu.row-remap", "gpu.app-clocks-below-max"},   # GPU1: a remap pending
+    "a100-sxm4-80gb-mig.nvidia-smi-q.xml": {"gpu.persistence-off", "gpu.app-clocks-below-max"},
+    "xid119-dell-xe9680.dmesg.txt": {"gpu.xid"},
+    "xid64-xid94-imbue-h100.dmesg-lines.txt": {"gpu.xid"},
+    "xid13-xid43.dmesg-iso.txt": {"gpu.xid"},
+    "xid149-xid154-gb200.kmsg-lines.txt": {"gpu.xid"},
+    "asus-esc8000a-e12-4x-rtx6000ada.topo-m.txt": {"topo.p2p-path"},
+    "h100-sxm-x8.nvidia-smi-q.txt": set(),
+    "h100-sxm-x8-ib-penny.topo-m.txt": set(),
+    "v100-sxm2-x8-vm.nvidia-smi-q.txt": {"gpu.app-clocks-below-max"},   # default app clocks 1312 of 1530 MHz
+    "rtx3090-x2.nvidia-smi-q.txt": set(),
+    "ctk-1.17.5-vm.nvidia-container-toolkit-version.txt": {"container.toolkit-old"},
+    "th2k-4x-v100-sxm2.nvidia-smi.txt": {"gpu.persistence-off"},
+    "inspur-nf5280m6-2x-a100-pcie.nvidia-smi.txt": set(),
+}
+
+
+@pytest.mark.parametrize("name", capture_files())
+def test_check_from_every_capture(name):
+    done = run_cli("check", "--from", corpus(name), "--json")
+    assert "Traceback" not in done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["schema"] == "gpuprep.check/1" and doc["snapshot"]["schema"] == "gpuprep.snapshot/1"
+    failing = [f for f in doc["findings"] if f["severity"] == "fail"]
+    assert done.returncode == (1 if failing else 0)
+    for finding in doc["findings"]:
+        assert {"id", "severity", "subject", "title", "evidence", "remedy"} <= set(finding)
+    if name in EXPECTED:
+        raised = {f["id"] for f in doc["findings"] if f["severity"] in ("fail", "warn")}
+        assert raised == EXPECTED[name]
+
+
+def test_terminal_report_on_a_combined_host():
+    done = run_cli("check", "--from", corpus("h100-sxm-x8.nvidia-smi-q.txt"), "--from", corpus("h100-x8-stas.topo-m.txt"),
+                   "--from", corpus("xid119-dell-xe9680.dmesg.txt"))
+    assert done.returncode == 1
+    assert "GPUs (8)" in done.stdout and "NV18" in done.stdout and "Xid 119" in done.stdout
+    assert "\033[" not in done.stdout          # no colour when not a TTY
+
+
+def test_check_on_this_gpu_less_host():
+    done = run_cli("check", "--no-docker")
+    assert done.returncode == 0, done.stderr
+    assert "No NVIDIA driver" in done.stdout or "no NVIDIA driver" in done.stdout
+    doc = json.loads(run_cli("check", "--json", "--no-docker").stdout)
+    assert doc["snapshot"]["nvml"]["available"] is False
+    assert doc["snapshot"]["system"]["cores"] >= 1
+    required = run_cli("check", "--require-gpu", "--no-docker")
+    assert required.returncode == 1
+
+
+def test_snapshot_then_check_from_it(tmp_path):
+    out = tmp_path / "host.json"
+    assert run_cli("snapshot", "--from", corpus("a100-sxm4-x4.nvidia-smi-q.txt"), "-o", str(out)).returncode == 0
+    done = run_cli("check", "--from", str(out), "--json")
+    assert done.returncode == 1
+    assert any(f["id"] == "gpu.row-remap" for f in json.loads(done.stdout)["findings"])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["check", "--from", "/no/such/file"], "/no/such/file: cannot read"),
+    (["check", "--profile", "nonexistent"], "unknown profile"),
+    (["check", "--bogus"], "No such option"),
+    (["compat", "--driver", "535.1"], "nothing to judge"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    done = run_cli(*args)
+    assert done.returncode == 2
+    assert message in done.stderr and done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr
+
+
+def test_unrecognised_capture_names_the_file(tmp_path):
+    bad = tmp_path / "mystery.txt"
+    bad.write_text("nothing to see\n")
+    done = run_cli("check", "--from", str(bad))
+    assert done.returncode == 2 and "mystery.txt" in done.stderr
+
+
+def test_profile_and_skip():
+    args = ["check", "--json", "--from", corpus("dual-gpu-pcie-phb.topo-m.txt"), "--from", corpus("rtx3090-x2.nvidia-smi-q.txt")]
+    plain = json.loads(run_cli(*args).stdout)
+    training = run_cli(*args, "--profile", "training")
+    assert training.returncode == 1
+    assert any(f["id"] == "topo.p2p-path" and f["severity"] == "fail" for f in json.loads(training.stdout)["findings"])
+    assert not any(f["severity"] == "fail" for f in plain["findings"])
+    skipped = run_cli(*args, "--profile", "training", "--skip", "topo.p2p-path")
+    assert not any(f["id"] == "topo.p2p-path" for f in json.loads(skipped.stdout)["findings"])
+
+
+def test_nccl_env_for_a_snapshot():
+    done = run_cli("nccl-env", "--from", corpus("asus-esc8000a-e12-4x-rtx6000ada.lscpu.txt"),
+                   "--from", corpus("asus-esc8000a-e12-4x-rtx6000ada.nvidia-smi.txt"), "--default-interface", "eno1")
+    assert done.returncode == 0
+    assert "NCCL_SOCKET_IFNAME==eno1" in done.stdout and "OMP_NUM_THREADS=16" in done.stdout
