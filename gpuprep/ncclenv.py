@@ -54,5 +54,9 @@ def default_route_interface(proc_root: str = "/") -> Optional[str]:
 
 
 def render_env_file(env: Dict[str, str]) -> str:
-    return "# Managed by gpuprep (nccl_env). Do not edit: set overrides in the inventory.\n" + \
-        "".join(f"{k}={env[k]}\n" for k in sorted(env))
+    """The same template the nccl_env role renders, so both write byte-identical files."""
+    import jinja2
+    from .resources import templates_dir
+    loader = jinja2.FileSystemLoader(str(templates_dir()))
+    return jinja2.Environment(loader=loader, trim_blocks=True, keep_trailing_newline=True) \
+        .get_template("env.j2").render(env=env)

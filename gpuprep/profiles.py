@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any, Dict
 
 from .errors import BadInput
@@ -29,9 +28,9 @@ def builtin() -> Dict[str, Dict[str, Any]]:
 
 def load(name_or_path: str) -> Dict[str, Any]:
     if name_or_path.endswith(".toml") or "/" in name_or_path:
-        path = Path(name_or_path)
         try:
-            data = _toml(path.read_text(), name_or_path)
+            with open(name_or_path, encoding="utf-8") as fh:
+                data = _toml(fh.read(), name_or_path)
         except OSError as exc:
             raise BadInput(f"{name_or_path}: cannot read profile ({exc.strerror})") from None
         tables = [v for v in data.values() if isinstance(v, dict)]

@@ -2,7 +2,7 @@
 into one snapshot. Each file's kind is sniffed from its content, never from its name."""
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import Callable, Iterable, List, Optional, Tuple
 
 from ..errors import BadInput
@@ -55,7 +55,8 @@ def import_text(text: str, origin: str) -> Snapshot:
 
 def read_capture(path: str) -> str:
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as fh:
+            data = fh.read()
     except OSError as exc:
         raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
     if b"\x00" in data[:4096]:
@@ -66,7 +67,7 @@ def read_capture(path: str) -> str:
 def import_files(paths: Iterable[str]) -> Snapshot:
     combined: Optional[Snapshot] = None
     for path in paths:
-        part = import_text(read_capture(path), Path(path).name)
+        part = import_text(read_capture(path), os.path.basename(path))
         combined = part if combined is None else merge(combined, part)
     if combined is None:
         raise BadInput("no capture files given")

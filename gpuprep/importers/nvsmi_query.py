@@ -6,7 +6,6 @@ table that names, for every snapshot field, where the text report and the XML re
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import BadInput
@@ -81,7 +80,7 @@ def split_text_gpus(text: str) -> Tuple[Tree, List[Tuple[str, Tree]]]:
 
 # --- XML: element tree -> dict ----------------------------------------------------------
 
-def _xml_to_tree(element: ET.Element) -> Tree:
+def _xml_to_tree(element) -> Tree:
     out: Tree = {}
     for child in element:
         if len(child):
@@ -323,6 +322,7 @@ def import_text(text: str, origin: str) -> Snapshot:
 
 
 def import_xml(text: str, origin: str) -> Snapshot:
+    import xml.etree.ElementTree as ET   # only XML captures pay for it
     try:
         root = ET.fromstring(re.sub(r"<!DOCTYPE[^>]*>", "", text, count=1))
     except ET.ParseError as exc:
@@ -343,7 +343,7 @@ def import_xml(text: str, origin: str) -> Snapshot:
     return snap
 
 
-def _xml_supported_clocks(element: ET.Element) -> Optional[List[ClockPair]]:
+def _xml_supported_clocks(element) -> Optional[List[ClockPair]]:
     section = element.find("supported_clocks")
     if section is None:
         return None

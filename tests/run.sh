@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: a venv with gpuprep and its test extras, the Docker
+# engine and base image for the container tests, then pytest. Idempotent: re-running reuses all.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${GPUPREP_VENV:-.venv}"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/pip" install -q --upgrade pip >/dev/null
+"$VENV/bin/pip" install -q -e '.[test]'
+# PyTorch's CPU build for the burn-in tests (2.13.0 is served from local disk on our machines).
+"$VENV/bin/python" -c 'import torch' 2>/dev/null || "$VENV/bin/pip" install -q 'torch==2.13.0'
+
+if [ "${GPUPREP_SKIP_DOCKER:-0}" != "1" ]; then
+  bash .ci/docker-setup.sh
+fi
+
+exec "$VENV/bin/python" -m pytest -q "$@"

@@ -1,0 +1,21 @@
+"""docs/checks.md documents every finding id the rules can emit, and nothing else."""
+import re
+from pathlib import Path
+
+from conftest import REPO
+
+RULES = REPO / "gpuprep" / "rules"
+
+
+def ids_in_code():
+    found = set()
+    for path in RULES.glob("*.py"):
+        found |= set(re.findall(r'Finding\(\s*"([a-z]+\.[a-z0-9-]+)"', path.read_text()))
+        found |= set(re.findall(r'judge_driver_for_cuda\("([a-z]+\.[a-z0-9-]+)"', path.read_text()))
+    found |= {"gpu.xid", "gpu.sxid"}     # built as f"gpu.{kind}"
+    return found
+
+
+def test_every_id_is_documented():
+    documented = set(re.findall(r"^\| `([a-z]+\.[a-z0-9-]+)` \|", (REPO / "docs" / "checks.md").read_text(), re.M))
+    assert ids_in_code() == documented
