@@ -145,5 +145,66 @@ def nccl_env(sources, default_interface, as_json):
             click.echo(f"{key}={env[key]}")
 
 
+@cli.command()
+@click.option("--duration", default="60s", show_default=True, help="Time budget, e.g. 20s, 2m.")
+@click.option("--nproc", default="auto", show_default=True, help="Ranks: auto = one per GPU, or 2 on a CPU-only host.")
+@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Also write the JSON report here.")
+def burnin(duration, nproc, backend, as_json, output):
+    """Short torchrun DDP burn-in: every rank trains, all-reduce bandwidth sweep, memory check, straggler named."""
+    import json as _json
+
+    from .burnin import detect_gpus, launch, parse_duration, torch_available
+    from .burnin.judge import judge, verdict
+    seconds = parse_duration(duration)
+    if not torch_available():
+        raise GpuprepError("PyTorch is not installed: pip install 'gpuprep[burnin]' (or torch) to run the burn-in")
+    gpus = detect_gpus()
+    if backend == "nccl" and not gpus:
+        from .errors import BadInput
+        raise BadInput("--backend nccl needs NVIDIA GPUs; this host has none (use gloo)")
+    chosen = backend if backend != "auto" else ("nccl" if gpus else "gloo")
+    if nproc == "auto":
+        ranks = gpus if chosen == "nccl" else 2
+    elif nproc.isdigit() and int(nproc) >= 1:
+        ranks = int(nproc)
+    else:
+        from .errors import BadInput
+        raise BadInput(f"--nproc {nproc!r} is not a positive number or 'auto'")
+    if not as_json:
+        click.echo(f"burn-in: {ranks} rank(s), backend {chosen}, {seconds:.0f} s ...", err=True)
+    run = launch(seconds, ranks, chosen)
+    findings = judge(run)
+    document = {"schema": "gpuprep.burnin/1", "verdict": verdict(findings), "backend": chosen, "world_size": ranks,
+                "requested_seconds": seconds, "wall_seconds": round(run.wall_seconds, 2),
+                "findings": [f.to_dict() for f in findings],
+                "ranks": [{k: v for k, v in r.items() if k not in ("compute_ms", "step_ms")} |
+                          {"median_step_ms": _median(r.get("step_ms")), "median_compute_ms": _median(r.get("compute_ms"))}
+                          for _, r in sorted(run.ranks.items())]}
+    if output:
+        with open(output, "w") as fh:
+            _json.dump(document, fh, indent=2)
+    if as_json:
+        click.echo(_json.dumps(document, indent=2))
+    else:
+        for rank in document["ranks"]:
+            sweep = rank.get("allreduce", [])
+            largest = sweep[-1] if sweep else {}
+            click.echo(f"  rank {rank['rank']} {rank['host']} {rank['device']}: step {rank['median_step_ms']} ms, "
+                       f"compute {rank['median_compute_ms']} ms, all-reduce {largest.get('bytes', 0) >> 20} MiB "
+                       f"busbw {largest.get('busbw_gbs', 0):.2f} GB/s, memory {'ok' if rank['memory']['ok'] else 'BAD'}")
+        for f in findings:
+            click.echo(f"  {f.severity.upper():4}  {f.id}  {f.title}")
+        click.echo(f"{document['verdict'].upper()}: burn-in took {run.wall_seconds:.1f} s")
+    if document["verdict"] == "fail":
+        sys.exit(EXIT_FAILED)
+
+
+def _median(values):
+    import statistics
+    return round(statistics.median(values), 2) if values else None
+
+
 if __name__ == "__main__":
     main()

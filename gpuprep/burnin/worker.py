@@ -1,0 +1,145 @@
+"""One burn-in rank, started by torchrun. The only module of gpuprep that imports torch.
+
+Phases within the time budget: a DDP training loop (per-step compute time measured under
+`no_sync`, so a slow rank shows as itself and not as everyone's wait), an all-reduce sweep with
+nccl-tests' bandwidth definitions, and a memory pattern check. Results go to one JSON file per rank.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import socket
+import time
+
+
+def _test_hooks(rank: int):
+    """Test-only switches (CI has no faulty hardware): slow one rank, or kill it mid-run."""
+    slow = os.environ.get("GPUPREP_BURNIN_TEST_SLOW_RANK")
+    die = os.environ.get("GPUPREP_BURNIN_TEST_DIE_RANK")
+    return (slow is not None and int(slow) == rank), (die is not None and int(die) == rank)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--duration", type=float, required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--max-mib", type=int, default=64)
+    parser.add_argument("--timeout", type=float, default=60)
+    args = parser.parse_args()
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    use_cuda = args.backend == "nccl" or (args.backend == "auto" and torch.cuda.is_available())
+    backend = "nccl" if use_cuda else "gloo"
+    device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, timeout=dt.timedelta(seconds=args.timeout))
+    slow, die = _test_hooks(rank)
+    result = {"rank": rank, "world_size": world, "host": socket.gethostname(), "backend": backend,
+              "device": str(device), "local_rank": local_rank}
+    if use_cuda:
+        result["gpu_name"] = torch.cuda.get_device_name(device)
+        props = torch.cuda.get_device_properties(device)
+        result["pci_bus_id"] = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0" \
+            if hasattr(props, "pci_bus_id") else None
+
+    deadline_train = time.monotonic() + args.duration * 0.5
+    torch.manual_seed(1234)
+    width = 1024 if use_cuda else 256
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width)).to(device)
+    ddp = DDP(model, device_ids=[local_rank] if use_cuda else None)
+    optimiser = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    batch = torch.randn(64, width, device=device)
+    autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if use_cuda and torch.cuda.is_bf16_supported() \
+        else torch.autocast(device_type="cpu", enabled=False)
+    compute_ms, step_ms = [], []
+    steps = 0
+    while True:
+        # every rank must agree on the step count, so the deadline is decided collectively
+        go = torch.tensor([1.0 if time.monotonic() < deadline_train else 0.0], device=device)
+        dist.all_reduce(go, op=dist.ReduceOp.MIN)
+        if go.item() == 0.0:
+            break
+        start = time.perf_counter()
+        with ddp.no_sync():
+            with autocast:
+                loss = ddp(batch).float().pow(2).mean()
+            loss.backward()
+        if slow:
+            time.sleep(0.03)
+        if use_cuda:
+            torch.cuda.synchronize()
+        compute_ms.append((time.perf_counter() - start) * 1000)
+        start = time.perf_counter()
+        optimiser.zero_grad(set_to_none=True)
+        with autocast:
+            loss = ddp(batch).float().pow(2).mean()
+        loss.backward()
+        optimiser.step()
+        if use_cuda:
+            torch.cuda.synchronize()
+        step_ms.append((time.perf_counter() - start) * 1000)
+        steps += 1
+        if die and steps == 3:
+            os._exit(17)
+    result["steps"] = steps
+    result["compute_ms"] = compute_ms
+    result["step_ms"] = step_ms
+
+    result["allreduce"] = _sweep(torch, dist, device, world, args.max_mib, use_cuda)
+    result["memory"] = _memory_check(torch, device, use_cuda)
+    dist.barrier()
+    with open(os.path.join(args.out, f"rank{rank}.json"), "w") as fh:
+        json.dump(result, fh)
+    dist.destroy_process_group()
+
+
+def _sweep(torch, dist, device, world, max_mib, use_cuda):
+    """Algorithm and bus bandwidth as nccl-tests define them: algbw = bytes / time,
+    busbw = algbw * 2(n-1)/n for all-reduce."""
+    rows = []
+    size = 4 << 10
+    while size <= max_mib << 20:
+        tensor = torch.ones(size // 4, dtype=torch.float32, device=device)
+        dist.all_reduce(tensor)          # warm-up
+        iterations = 5 if size >= 16 << 20 else 10
+        dist.barrier()
+        if use_cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(iterations):
+            dist.all_reduce(tensor)
+        if use_cuda:
+            torch.cuda.synchronize()
+        seconds = (time.perf_counter() - start) / iterations
+        algbw = size / seconds / 1e9
+        rows.append({"bytes": size, "time_us": seconds * 1e6, "algbw_gbs": algbw,
+                     "busbw_gbs": algbw * 2 * (world - 1) / world})
+        size *= 4
+    return rows
+
+
+def _memory_check(torch, device, use_cuda):
+    if use_cuda:
+        free, _ = torch.cuda.mem_get_info(device)
+        elements = int(free * 0.8) // 4
+    else:
+        elements = 16 << 20       # 64 MiB of host memory per rank is enough to exercise the path
+    pattern = torch.arange(elements, dtype=torch.int32, device=device) ^ 0x5A5A5A5A
+    expected_sum = int(pattern.to(torch.int64).sum().item())
+    again = int((torch.arange(elements, dtype=torch.int32, device=device) ^ 0x5A5A5A5A).to(torch.int64).sum().item())
+    ok = bool(torch.equal(pattern, torch.arange(elements, dtype=torch.int32, device=device) ^ 0x5A5A5A5A)) \
+        and expected_sum == again
+    return {"bytes": elements * 4, "ok": ok}
+
+
+if __name__ == "__main__":
+    main()

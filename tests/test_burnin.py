@@ -1,0 +1,49 @@
+"""Real torchrun runs on the CPU (gloo): a pass, a straggler named, a dead rank named, bounded time."""
+import json
+import os
+
+import pytest
+
+from conftest import run_cli
+from gpuprep.burnin import launch
+from gpuprep.burnin.judge import judge
+
+pytest.importorskip("torch")
+
+
+@pytest.mark.slow
+def test_two_rank_cpu_burnin_passes_with_numbers(tmp_path):
+    report = tmp_path / "report.json"
+    done = run_cli("burnin", "--duration", "10s", "--json", "-o", str(report), timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(report.read_text())
+    assert doc["verdict"] == "pass" and doc["backend"] == "gloo" and doc["world_size"] == 2
+    assert doc["wall_seconds"] <= 10 + 15
+    for rank in doc["ranks"]:
+        assert rank["median_step_ms"] > 0 and rank["memory"]["ok"]
+        sweep = rank["allreduce"]
+        assert sweep[0]["bytes"] == 4096 and sweep[-1]["bytes"] == 16 << 20
+        for row in sweep:   # nccl-tests' definition for all-reduce on 2 ranks: busbw = algbw * 2(n-1)/n = algbw
+            assert row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * 2 * (2 - 1) / 2)
+
+
+@pytest.mark.slow
+def test_slow_rank_is_named_as_the_straggler():
+    run = launch(8, 2, "gloo", env={"GPUPREP_BURNIN_TEST_SLOW_RANK": "1"})
+    findings = judge(run)
+    stragglers = [f for f in findings if f.id == "burnin.straggler"]
+    assert len(stragglers) == 1 and stragglers[0].subject.startswith("rank 1 ")
+
+
+@pytest.mark.slow
+def test_dead_rank_ends_the_run_and_is_named():
+    run = launch(8, 2, "gloo", env={"GPUPREP_BURNIN_TEST_DIE_RANK": "1"})
+    assert run.wall_seconds < 8 + 15 + 30
+    failed = [f for f in judge(run) if f.id == "burnin.rank-failed"]
+    assert [f.subject for f in failed] == ["rank 1"]
+    assert run.exit_code != 0
+
+
+def test_bad_duration_is_bad_input():
+    done = run_cli("burnin", "--duration", "soon")
+    assert done.returncode == 2 and "not a duration" in done.stderr
