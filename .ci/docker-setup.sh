@@ -2,7 +2,8 @@
 # Make a Docker engine and the Debian 12 systemd base image available (idempotent).
 # Used by .ci/run and by the tests that need real containers.
 set -euo pipefail
-IMAGE="${GPUPREP_BASE_IMAGE:-gpuprep-debian12:latest}"
+# bump the tag when the package list changes, so existing machines rebuild
+IMAGE="${GPUPREP_BASE_IMAGE:-gpuprep-debian12:v2}"
 
 if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
   apt-get update -qq
@@ -18,7 +19,7 @@ fi
 if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
   rootfs=$(mktemp -d /var/tmp/gpuprep-rootfs.XXXXXX)
   debootstrap --variant=minbase \
-    --include=python3,sudo,systemd,systemd-sysv,openssh-server,procps,kmod,iproute2,ca-certificates,gnupg \
+    --include=python3,python3-apt,sudo,systemd,systemd-sysv,openssh-server,procps,kmod,iproute2,ca-certificates,gnupg \
     bookworm "$rootfs" >/var/log/gpuprep-debootstrap.log 2>&1
   tar -C "$rootfs" -c . | docker import -c 'CMD ["/lib/systemd/systemd"]' - "$IMAGE" >/dev/null
   rm -rf "$rootfs"

@@ -1,0 +1,71 @@
+#!/usr/bin/python
+"""Ansible module (pure, no side effects): decide each GPU's clocks from gpuprep_gpu_facts and
+the requested values, or fail with the supported list before anything on the host changes."""
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: gpuprep_clock_plan
+short_description: Validate requested GPU clocks and plan how to set them
+options:
+  gpus: {type: list, elements: dict, required: true}
+  graphics_mhz: {type: int}
+  memory_mhz: {type: int}
+  by_model: {type: dict, default: {}}
+  power_limit_w: {type: float}
+"""
+
+
+def plan_gpu(gpu, request, power):
+    pairs = gpu.get("supported_clocks") or []
+    supported = {p["memory"]: sorted(p["graphics"]) for p in pairs if p.get("memory")}
+    memory = request.get("memory") or (max(supported) if supported else gpu.get("max_memory"))
+    if supported and memory not in supported:
+        return None, (f"GPU {gpu['index']} ({gpu.get('name')}): memory clock {memory} MHz is not supported; "
+                      f"supported: {sorted(supported, reverse=True)}")
+    allowed = supported.get(memory, [])
+    graphics = request.get("graphics") or (max(allowed) if allowed else gpu.get("max_graphics"))
+    if allowed and graphics not in allowed:
+        return None, (f"GPU {gpu['index']} ({gpu.get('name')}): graphics clock {graphics} MHz is not supported with "
+                      f"memory {memory} MHz; supported: {allowed[-1]}..{allowed[0]} MHz ({len(allowed)} steps: "
+                      f"{', '.join(str(g) for g in sorted(allowed, reverse=True)[:8])}, ...)")
+    if not supported and gpu.get("max_graphics") and graphics > gpu["max_graphics"]:
+        return None, f"GPU {gpu['index']} ({gpu.get('name')}): {graphics} MHz is above the maximum {gpu['max_graphics']} MHz"
+    if power is not None and gpu.get("power_min") and gpu.get("power_max") and \
+            not gpu["power_min"] <= power <= gpu["power_max"]:
+        return None, (f"GPU {gpu['index']} ({gpu.get('name')}): power limit {power} W outside "
+                      f"{gpu['power_min']}..{gpu['power_max']} W")
+    if gpu.get("locked_clocks"):
+        method = "locked"
+    elif gpu.get("app_clocks"):
+        method = "app"
+    else:
+        method = "none"
+    return {"index": gpu["index"], "name": gpu.get("name"), "method": method, "graphics": graphics,
+            "memory": memory, "lock_memory": bool(gpu.get("locked_memory_clocks")) and method == "locked",
+            "power": power}, None
+
+
+def main():
+    module = AnsibleModule(argument_spec={
+        "gpus": {"type": "list", "elements": "dict", "required": True},
+        "graphics_mhz": {"type": "int"}, "memory_mhz": {"type": "int"},
+        "by_model": {"type": "dict", "default": {}}, "power_limit_w": {"type": "float"},
+    }, supports_check_mode=True)
+    plans, errors = [], []
+    for gpu in module.params["gpus"]:
+        model = module.params["by_model"].get(gpu.get("name"), {}) or {}
+        request = {"graphics": model.get("graphics_mhz", module.params["graphics_mhz"]),
+                   "memory": model.get("memory_mhz", module.params["memory_mhz"])}
+        power = model.get("power_limit_w", module.params["power_limit_w"])
+        plan, error = plan_gpu(gpu, request, power)
+        if error:
+            errors.append(error)
+        else:
+            plans.append(plan)
+    if errors:
+        module.fail_json(msg="; ".join(errors))
+    module.exit_json(changed=False, plan=plans)
+
+
+if __name__ == "__main__":
+    main()

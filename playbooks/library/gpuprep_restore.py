@@ -1,0 +1,103 @@
+#!/usr/bin/python
+"""Ansible module: put back what gpuprep_record recorded for one role (files, unit enablement
+and activity, sysfs values), then forget the record."""
+import json
+import os
+import re
+import shutil
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: gpuprep_restore
+short_description: Undo gpuprep's changes for one role
+options:
+  role: {type: str, required: true}
+  state_dir: {type: path, default: /var/lib/gpuprep}
+"""
+
+
+def systemctl(*args):
+    return subprocess.run(["systemctl", *args], capture_output=True, text=True)
+
+
+def main():
+    module = AnsibleModule(argument_spec={"role": {"type": "str", "required": True},
+                                          "state_dir": {"type": "path", "default": "/var/lib/gpuprep"}},
+                           supports_check_mode=True)
+    role_dir = os.path.join(module.params["state_dir"], module.params["role"])
+    try:
+        with open(os.path.join(role_dir, "manifest.json")) as fh:
+            manifest = json.load(fh)
+    except OSError:
+        module.exit_json(changed=False, msg="nothing recorded for this role")
+    except ValueError:
+        module.fail_json(msg=f"{role_dir}/manifest.json is corrupt; restore by hand")
+    actions = []
+    units = manifest.get("units", {})
+
+    def current(unit):
+        return (systemctl("is-enabled", unit).stdout.strip() or "unknown",
+                systemctl("is-active", unit).stdout.strip() or "unknown")
+
+    # 1. units gpuprep turned on that were not on before: stop and disable while their files exist
+    for unit, state in sorted(units.items()):
+        enabled, active = current(unit)
+        if state["active"] != "active" and active in ("active", "activating", "failed"):
+            actions.append(f"stop {unit}")
+            if not module.check_mode:
+                systemctl("stop", unit)
+                systemctl("reset-failed", unit)
+        if state["enabled"] != "enabled" and enabled == "enabled":
+            actions.append(f"disable {unit}")
+            if not module.check_mode:
+                systemctl("disable", unit)
+    # 2. files back as they were (or gone, if gpuprep created them)
+    for path, entry in sorted(manifest.get("files", {}).items()):
+        if entry["existed"]:
+            source = os.path.join(role_dir, entry["copy"])
+            with open(source, "rb") as fh:
+                original = fh.read()
+            same = os.path.exists(path) and open(path, "rb").read() == original
+            if not same:
+                actions.append(f"restore {path}")
+                if not module.check_mode:
+                    shutil.copy2(source, path)
+                    os.chown(path, entry["uid"], entry["gid"])
+                    os.chmod(path, entry["mode"])
+        elif os.path.lexists(path):
+            actions.append(f"remove {path}")
+            if not module.check_mode:
+                os.remove(path)
+    if actions and not module.check_mode:
+        systemctl("daemon-reload")
+    # 3. units that were on before: on again
+    for unit, state in sorted(units.items()):
+        enabled, active = current(unit)
+        if state["enabled"] == "enabled" and enabled != "enabled":
+            actions.append(f"enable {unit}")
+            if not module.check_mode:
+                systemctl("enable", unit)
+        if state["active"] == "active":
+            actions.append(f"restart {unit}")
+            if not module.check_mode:
+                systemctl("restart", unit)
+    for path, value in sorted(manifest.get("values", {}).items()):
+        current = open(path).read().strip() if os.path.exists(path) else None
+        wanted = re.sub(r".*\[(\w+)\].*", r"\1", value)     # THP files show "always [madvise] never"
+        if current is not None and current != value:
+            actions.append(f"write {path}={wanted}")
+            if not module.check_mode:
+                try:
+                    with open(path, "w") as fh:
+                        fh.write(wanted)
+                except OSError as exc:
+                    module.fail_json(msg=f"cannot restore {path}: {exc}", actions=actions)
+    if not module.check_mode:
+        shutil.rmtree(role_dir, ignore_errors=True)
+    module.exit_json(changed=bool(actions), actions=actions)
+
+
+if __name__ == "__main__":
+    main()
