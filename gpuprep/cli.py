@@ -145,6 +145,75 @@ def nccl_env(sources, default_interface, as_json):
             click.echo(f"{key}={env[key]}")
 
 
+def _apply_options(fn):
+    options = [
+        click.option("-i", "--inventory", help="Any Ansible inventory: INI, YAML, a directory, or a comma list."),
+        click.option("--limit", help="Only hosts matching this Ansible pattern."),
+        click.option("--local", is_flag=True, help="This machine, without an inventory."),
+        click.option("--forks", type=click.IntRange(1, 500), help="Parallel hosts (default: the inventory's size)."),
+        click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="KEY=VALUE", help="Role variable. Repeatable."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON document with per-host results."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _run_playbook(playbook, inventory, limit, local, forks, extra_vars, as_json, tags=(), skip_tags=(),
+                  check=False, diff=False):
+    from .ansible.runner import ApplyRequest, parse_extravars, run
+    from .ansible.view import line_view, live_view, summary_table
+    request = ApplyRequest(playbook=playbook, inventory=inventory, limit=limit, local=local, forks=forks,
+                           extravars=parse_extravars(extra_vars), tags=_split(tags), skip_tags=_split(skip_tags),
+                           check=check, diff=diff)
+    if request.local and request.inventory:
+        from .errors import BadInput
+        raise BadInput("give either -i INVENTORY or --local, not both")
+    if as_json:
+        outcome = run(request)
+    elif sys.stderr.isatty():
+        with live_view() as on_update:
+            outcome = run(request, on_update)
+    else:
+        outcome = run(request, line_view(lambda line: click.echo(line, err=True)))
+    state = outcome.state
+    succeeded = state.finished and all(h.succeeded and h.final for h in state.hosts.values())
+    if as_json:
+        import json as _json
+        click.echo(_json.dumps({"schema": "gpuprep.apply/1", "playbook": playbook, "check": check, "ok": succeeded,
+                                "artifacts": outcome.artifacts,
+                                "hosts": {n: h.to_dict() for n, h in sorted(state.hosts.items())}}, indent=2))
+    else:
+        if diff:
+            from .ansible.view import diff_text
+            click.echo(diff_text(state), nl=False)
+        click.echo(summary_table(state, outcome.artifacts), nl=False)
+    if not succeeded:
+        sys.exit(EXIT_FAILED)
+
+
+def _split(values):
+    return [t.strip() for v in values for t in v.split(",") if t.strip()]
+
+
+@cli.command()
+@_apply_options
+@click.option("--tags", multiple=True, help="Only these roles: driver_pin, gpu_persistence, gpu_clocks, container_toolkit, nccl_env, system_tuning.")
+@click.option("--skip-tags", multiple=True, help="Skip these roles.")
+@click.option("--check", is_flag=True, help="Change nothing; report what would change.")
+@click.option("--diff", is_flag=True, help="Show the changes to files.")
+def apply(inventory, limit, local, forks, extra_vars, as_json, tags, skip_tags, check, diff):
+    """Tune GPU nodes with gpuprep's Ansible roles (through ansible-runner). Exit 0 only if every host succeeded."""
+    _run_playbook("apply.yml", inventory, limit, local, forks, extra_vars, as_json, tags, skip_tags, check, diff)
+
+
+@cli.command()
+@_apply_options
+def revert(inventory, limit, local, forks, extra_vars, as_json):
+    """Put back everything apply recorded (files, units, values, held packages, clocks)."""
+    _run_playbook("revert.yml", inventory, limit, local, forks, extra_vars, as_json)
+
+
 @cli.command()
 @click.option("--duration", default="60s", show_default=True, help="Time budget, e.g. 20s, 2m.")
 @click.option("--nproc", default="auto", show_default=True, help="Ranks: auto = one per GPU, or 2 on a CPU-only host.")

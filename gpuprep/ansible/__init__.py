@@ -1,0 +1,1 @@
+"""gpuprep apply/revert: ansible-runner wrapper (runner), pure event reducer (reducer), views (view)."""

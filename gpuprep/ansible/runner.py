@@ -1,0 +1,186 @@
+"""Run gpuprep's playbooks through ansible-runner. The event handler only enqueues (and returns
+True, or ansible-runner drops the event); the caller drains the queue through the pure reducer."""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence
+
+from ..errors import BadInput
+from ..resources import playbooks_dir
+from .reducer import RunState, reduce
+
+ROLE_TAGS = ("driver_pin", "gpu_persistence", "gpu_clocks", "container_toolkit", "nccl_env", "system_tuning")
+EXTRA_TAGS = ("always", "never", "system_tuning_governor", "system_tuning_sysctl", "system_tuning_memlock",
+              "system_tuning_nouveau", "system_tuning_thp")
+
+
+@dataclass
+class ApplyRequest:
+    playbook: str                        # apply.yml | revert.yml
+    inventory: Optional[str]
+    limit: Optional[str] = None
+    tags: Sequence[str] = ()
+    skip_tags: Sequence[str] = ()
+    check: bool = False
+    diff: bool = False
+    forks: Optional[int] = None
+    extravars: Optional[Dict[str, object]] = None
+    local: bool = False
+
+
+@dataclass
+class ApplyOutcome:
+    state: RunState
+    artifacts: str
+    status: str
+    rc: int
+    hosts_in_inventory: List[str]
+
+
+def _ansible_bin(name: str) -> str:
+    here = os.path.join(os.path.dirname(sys.executable), name)
+    found = here if os.path.exists(here) else shutil.which(name)
+    if not found:
+        raise BadInput(f"{name} not found: install ansible-core (a dependency of gpuprep)")
+    return found
+
+
+def parse_extravars(pairs: Sequence[str]) -> Dict[str, object]:
+    import yaml
+    out: Dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise BadInput(f"-e {pair!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
+
+
+def validate_tags(tags: Sequence[str]) -> None:
+    known = set(ROLE_TAGS) | set(EXTRA_TAGS)
+    unknown = [t for t in tags if t not in known]
+    if unknown:
+        raise BadInput(f"unknown tag(s) {', '.join(unknown)} (known: {', '.join(ROLE_TAGS)})")
+
+
+def inventory_hosts(inventory: str, limit: Optional[str]) -> List[str]:
+    """The hosts an inventory (INI, YAML, directory, script, comma list) yields, through ansible itself."""
+    if "," not in inventory and not os.path.exists(inventory):
+        raise BadInput(f"inventory {inventory}: no such file or directory")
+    argv = [_ansible_bin("ansible-inventory"), "-i", inventory, "--list"]
+    if limit:
+        argv += ["--limit", limit]
+    env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="True", ANSIBLE_NOCOLOR="1")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    if done.returncode != 0:
+        lines = [l.strip() for l in (done.stderr or done.stdout).splitlines() if l.strip()]
+        reason = next((l for l in lines if "ERROR" in l or "Unable to parse" in l or "Failed" in l),
+                      lines[0] if lines else "ansible-inventory failed")
+        raise BadInput(f"inventory {inventory}: {reason.replace('[ERROR]: ', '').replace('ERROR! ', '')}")
+    data = json.loads(done.stdout)
+    hosts = set(data.get("_meta", {}).get("hostvars", {}))
+    for group in data.values():
+        if isinstance(group, dict):
+            hosts.update(group.get("hosts") or [])
+    if not hosts:
+        raise BadInput(f"inventory {inventory}: no hosts" + (f" match --limit {limit}" if limit else ""))
+    return sorted(hosts)
+
+
+def artifacts_root() -> str:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "gpuprep", "runs")
+
+
+def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] = None) -> ApplyOutcome:
+    import ansible_runner
+
+    validate_tags(list(request.tags) + list(request.skip_tags))
+    if request.local:
+        inventory = "localhost,"
+        extravars = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    elif request.inventory:
+        inventory = os.path.abspath(request.inventory) if os.path.exists(request.inventory) else request.inventory
+        extravars = {}
+    else:
+        raise BadInput("give an inventory with -i, or --local for this machine")
+    hosts = inventory_hosts(inventory, request.limit)
+    extravars.update(request.extravars or {})
+    forks = request.forks or max(1, min(len(hosts), 50))
+
+    project = str(playbooks_dir())
+    private = tempfile.mkdtemp(prefix="gpuprep-apply-")
+    ident = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+    artifacts = artifacts_root()
+    os.makedirs(artifacts, exist_ok=True)
+    cmdline = []
+    if request.check:
+        cmdline.append("--check")
+    if request.diff:
+        cmdline.append("--diff")
+
+    events: "queue.Queue[dict]" = queue.Queue()
+
+    def enqueue(event: dict) -> bool:
+        events.put(event)
+        return True
+
+    kwargs = dict(private_data_dir=private, project_dir=project, playbook=os.path.join(project, request.playbook),
+                  inventory=inventory, ident=ident, artifact_dir=artifacts, forks=forks, quiet=True,
+                  event_handler=enqueue, extravars=extravars or None, limit=request.limit,
+                  tags=",".join(request.tags) or None, skip_tags=",".join(request.skip_tags) or None,
+                  cmdline=" ".join(cmdline) or None, suppress_env_files=True,
+                  envvars={"ANSIBLE_CONFIG": os.path.join(project, "ansible.cfg"),
+                           "ANSIBLE_LIBRARY": os.path.join(project, "library"),
+                           "ANSIBLE_ROLES_PATH": os.path.join(project, "roles"),
+                           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+                           # the ansible CLIs installed beside this interpreter, even in an unactivated venv
+                           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
+    _thread, runner = ansible_runner.run_async(**kwargs)
+    state = RunState()
+    for name in hosts:
+        state.host(name)
+    while True:
+        try:
+            event = events.get(timeout=0.2)
+        except queue.Empty:
+            if runner.status not in ("starting", "running", "unstarted") and events.empty():
+                break
+            continue
+        reduce(state, event, time.monotonic())
+        if on_update:
+            on_update(state)
+    _thread.join()
+    while not events.empty():
+        reduce(state, events.get(), time.monotonic())
+    if on_update:
+        on_update(state)
+    shutil.rmtree(private, ignore_errors=True)
+    if not state.finished and runner.rc != 0:
+        message = _first_error(runner) or f"ansible-playbook exited with {runner.rc}"
+        raise BadInput(message) if runner.rc in (4, 5) else RuntimeError(message)
+    return ApplyOutcome(state=state, artifacts=os.path.join(artifacts, ident), status=runner.status,
+                        rc=runner.rc, hosts_in_inventory=hosts)
+
+
+def _first_error(runner) -> Optional[str]:
+    try:
+        text = runner.stdout.read()
+    except Exception:
+        return None
+    for line in text.splitlines():
+        if "ERROR" in line:
+            return line.replace("[ERROR]: ", "").replace("ERROR! ", "").strip()
+    return None

@@ -1,0 +1,95 @@
+"""Progress and summary views of an apply run: a live table on a TTY (rich), plain lines otherwise."""
+from __future__ import annotations
+
+import sys
+from typing import Callable, Set
+
+from .reducer import RunState
+
+
+def _status(host) -> str:
+    if host.unreachable:
+        return "UNREACHABLE"
+    if host.failed:
+        return "FAILED"
+    if host.final:
+        return "ok"
+    return "running" if host.started_at else "waiting"
+
+
+def live_view(console_file=None):
+    """A context manager yielding an on_update callback that redraws a per-host table."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    console = Console(file=console_file or sys.stderr)
+
+    def table(state: RunState) -> Table:
+        grid = Table(title=state.play or "gpuprep apply", expand=False)
+        for column in ("host", "status", "ok", "changed", "failed", "skipped", "current task"):
+            grid.add_column(column)
+        for name in sorted(state.hosts):
+            h = state.hosts[name]
+            grid.add_row(name, _status(h), str(h.ok), str(h.changed), str(h.failed + h.unreachable), str(h.skipped),
+                         (h.current_task or "")[:60])
+        return grid
+
+    class _Ctx:
+        def __enter__(self):
+            self.live = Live(table(RunState()), console=console, refresh_per_second=4, transient=True)
+            self.live.__enter__()
+            return lambda state: self.live.update(table(state))
+
+        def __exit__(self, *exc):
+            return self.live.__exit__(*exc)
+
+    return _Ctx()
+
+
+def line_view(write: Callable[[str], None]):
+    """Plain progress for logs and CI: one line per failure as it happens."""
+    seen: Set[tuple] = set()
+
+    def on_update(state: RunState) -> None:
+        for host in state.hosts.values():
+            for failure in host.failures:
+                key = (host.name, failure.task, failure.message)
+                if key not in seen:
+                    seen.add(key)
+                    kind = "UNREACHABLE" if failure.unreachable else "FAILED"
+                    write(f"{kind} {host.name}: {failure.task}: {failure.message}")
+    return on_update
+
+
+def diff_text(state: RunState) -> str:
+    import difflib
+    out = []
+    for name in sorted(state.hosts):
+        for task, header, before, after in state.hosts[name].diffs:
+            if before == after:
+                continue
+            lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                         fromfile=f"{name}: {header or task} (before)",
+                                         tofile=f"{name}: {header or task} (after)")
+            out.append("".join(lines).rstrip("\n") + "\n")
+    return "".join(out)
+
+
+def summary_table(state: RunState, artifacts: str) -> str:
+    rows = [("host", "result", "ok", "changed", "failed", "unreachable", "time")]
+    for name in sorted(state.hosts):
+        h = state.hosts[name]
+        rows.append((name, "ok" if h.succeeded and h.final else _status(h), str(h.ok), str(h.changed), str(h.failed),
+                     str(h.unreachable), "-" if h.seconds is None else f"{h.seconds:.1f}s"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    for name in sorted(state.hosts):
+        for failure in state.hosts[name].failures:
+            lines.append(f"  {name}: {'unreachable' if failure.unreachable else 'failed'} at "
+                         f"'{failure.task}': {failure.message}")
+    failed = [n for n, h in state.hosts.items() if not (h.succeeded and h.final)]
+    lines.append(f"{len(state.hosts) - len(failed)} of {len(state.hosts)} host(s) succeeded"
+                 + (f"; failed: {', '.join(sorted(failed))}" if failed else ""))
+    lines.append(f"artifacts: {artifacts}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,69 @@
+"""Real systemd containers standing in for GPU nodes (fleet tests and the apply benchmark).
+They are reached only through `docker exec` (the community.docker.docker connection)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+REPO = Path(__file__).resolve().parent.parent
+IMAGE = os.environ.get("GPUPREP_BASE_IMAGE", "gpuprep-debian12:v2")
+CORPUS = Path(os.environ.get("GPUPREP_CORPUS", REPO.parent / "shared" / "corpus"))
+
+
+def docker(*args: str, check: bool = True, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=timeout)
+
+
+def docker_ready() -> bool:
+    try:
+        return docker("image", "inspect", IMAGE, check=False).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def start_nodes(names: List[str]) -> None:
+    for name in names:
+        docker("rm", "-f", name, check=False)
+        docker("run", "-d", "--name", name, "--hostname", name, "--cap-add", "SYS_ADMIN", "--cgroupns=host",
+               "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
+               "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", IMAGE, "/lib/systemd/systemd")
+
+
+def remove_nodes(names: List[str]) -> None:
+    for name in names:
+        docker("rm", "-f", name, check=False)
+
+
+def write_inventory(path: Path, names: List[str], host_vars: Optional[Dict[str, dict]] = None,
+                    group_vars: Optional[dict] = None) -> Path:
+    import yaml
+    hosts = {}
+    for name in names:
+        hosts[name] = {"ansible_host": name, **((host_vars or {}).get(name, {}))}
+    data = {"all": {"hosts": hosts, "vars": {
+        "ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3",
+        "container_toolkit_repo_url": "file:/srv/gpuprep-repo", "container_toolkit_repo_trusted": True,
+        "fake_capture": "dual-rtx-a5000.nvidia-smi-q.xml", "fake_persistenced": True, **(group_vars or {})}}}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def prepare(inventory: Path, forks: int = 10) -> None:
+    """Install the fake GPU tools and stand-ins (the Molecule scenarios' prepare playbook)."""
+    bindir = os.path.dirname(sys.executable)
+    env = dict(os.environ, MOLECULE_PROJECT_DIRECTORY=str(REPO), GPUPREP_CORPUS=str(CORPUS),
+               ANSIBLE_LIBRARY=str(REPO / "playbooks" / "library"), ANSIBLE_NOCOLOR="1", ANSIBLE_PIPELINING="True",
+               PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+    done = subprocess.run([os.path.join(bindir, "ansible-playbook"), "-i", str(inventory), "-f", str(forks),
+                           str(REPO / "molecule" / "shared" / "prepare.yml")],
+                          capture_output=True, text=True, env=env, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError("prepare failed:\n" + done.stdout[-3000:])
+
+
+def node_exec(name: str, *argv: str, check: bool = False) -> subprocess.CompletedProcess:
+    return docker("exec", name, *argv, check=check)

@@ -1,0 +1,99 @@
+"""`gpuprep apply` through ansible-runner against real systemd containers (docker connection):
+one host fails halfway, one is stopped; the others converge, the summary and exit code tell the
+truth, and a re-run finishes the job. Also --check --diff and revert through the CLI."""
+import json
+import os
+
+import pytest
+
+from conftest import run_cli
+from nodes import docker, docker_ready, node_exec, prepare, remove_nodes, start_nodes, write_inventory
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+if not docker_ready():
+    pytest.fail("Docker engine or base image missing: run .ci/docker-setup.sh", pytrace=False)
+
+NAMES = [f"gpuprep-fleet-{i}-{os.getpid()}" for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    start_nodes(NAMES)
+    inventory = write_inventory(tmp_path_factory.mktemp("fleet") / "inventory.yml", NAMES)
+    try:
+        prepare(inventory)
+        yield inventory
+    finally:
+        remove_nodes(NAMES)
+
+
+def apply(*args):
+    done = run_cli("apply", *args, "--json", timeout=900)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done, (json.loads(done.stdout) if done.stdout.strip().startswith("{") else None)
+
+
+def test_check_diff_changes_nothing_then_a_real_run_does(fleet, tmp_path):
+    one = write_inventory(tmp_path / "one.yml", NAMES[:1])
+    done = run_cli("apply", "-i", str(one), "--check", "--diff", "--tags", "nccl_env,system_tuning,container_toolkit",
+                   timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "+NCCL_SOCKET_IFNAME==eth0" in done.stdout          # the diff of the env file
+    assert '"nvidia"' in done.stdout                           # the daemon.json merge
+    assert node_exec(NAMES[0], "test", "-e", "/etc/gpuprep/env").returncode != 0
+    assert node_exec(NAMES[0], "cat", "/etc/docker/daemon.json").stdout == \
+        node_exec(NAMES[0], "cat", "/root/daemon.json.orig").stdout
+    real, doc = apply("-i", str(one), "--tags", "nccl_env,system_tuning,container_toolkit")
+    assert real.returncode == 0 and doc["hosts"][NAMES[0]]["changed"] > 0
+    assert "NCCL_SOCKET_IFNAME==eth0" in node_exec(NAMES[0], "cat", "/etc/gpuprep/env").stdout
+
+
+def test_failed_and_unreachable_hosts_are_reported_and_a_rerun_finishes(fleet, tmp_path):
+    broken = write_inventory(tmp_path / "broken.yml", NAMES,
+                             host_vars={NAMES[1]: {"nccl_env_file": "/proc/gpuprep/env"}})
+    docker("stop", "-t", "1", NAMES[2])
+    try:
+        done, doc = apply("-i", str(broken))
+        assert done.returncode == 1
+        hosts = doc["hosts"]
+        assert hosts[NAMES[0]]["failed"] == 0 and hosts[NAMES[0]]["unreachable"] == 0
+        assert hosts[NAMES[1]]["failed"] == 1 and hosts[NAMES[1]]["changed"] > 0     # failed halfway, after changes
+        assert "nccl_env" in hosts[NAMES[1]]["failed_tasks"][0]["task"] or \
+            "directories" in hosts[NAMES[1]]["failed_tasks"][0]["task"]
+        assert hosts[NAMES[2]]["unreachable"] == 1 and hosts[NAMES[2]]["failed_tasks"][0]["unreachable"]
+        assert not doc["ok"]
+        text = run_cli("apply", "-i", str(broken), "--tags", "nccl_env", timeout=900)
+        assert "1 of 3 host(s) succeeded" in text.stdout and NAMES[2] in text.stdout
+    finally:
+        docker("start", NAMES[2])
+    node_exec(NAMES[2], "systemctl", "is-system-running", "--wait")
+    fixed = write_inventory(tmp_path / "fixed.yml", NAMES)
+    done, doc = apply("-i", str(fixed))
+    assert done.returncode == 0, doc
+    assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in doc["hosts"].values())
+    again, doc = apply("-i", str(fixed))
+    assert again.returncode == 0 and all(h["changed"] == 0 for h in doc["hosts"].values())   # idempotent
+
+
+def test_revert_through_the_cli(fleet, tmp_path):
+    one = write_inventory(tmp_path / "one.yml", NAMES[:1])
+    assert apply("-i", str(one))[0].returncode == 0
+    done, doc = run_cli("revert", "-i", str(one), "--json", timeout=900), None
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert node_exec(NAMES[0], "cmp", "/etc/docker/daemon.json", "/root/daemon.json.orig").returncode == 0
+    assert node_exec(NAMES[0], "test", "-e", "/etc/gpuprep/env").returncode != 0
+    held = node_exec(NAMES[0], "dpkg-query", "-W", "-f=${db:Status-Want}", "nvidia-driver-535").stdout
+    assert held == "install"
+
+
+def test_bad_inventory_and_tags(tmp_path):
+    bad = tmp_path / "bad.ini"
+    bad.write_text("[gpu\nnode1 ansible_host=\n")
+    done = run_cli("apply", "-i", str(bad))
+    assert done.returncode == 2 and done.stderr.startswith("gpuprep: error: inventory") and \
+        done.stderr.count("\n") == 1
+    missing = run_cli("apply", "-i", str(tmp_path / "nope.yml"))
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    tags = run_cli("apply", "--local", "--tags", "gpu_clockz")
+    assert tags.returncode == 2 and "unknown tag(s) gpu_clockz" in tags.stderr

@@ -1,0 +1,26 @@
+"""Every Molecule scenario, run for real: create, prepare, converge, idempotence, verify, revert, destroy."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from nodes import docker_ready
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+SCENARIOS = sorted(p.name for p in (REPO / "molecule").iterdir() if (p / "molecule.yml").is_file())
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_molecule_scenario(scenario):
+    if not docker_ready():
+        pytest.fail("Docker engine or base image missing: run .ci/docker-setup.sh")
+    bindir = os.path.dirname(sys.executable)
+    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""), ANSIBLE_FORCE_COLOR="0",
+               PY_COLORS="0", ANSIBLE_NOCOLOR="1")
+    done = subprocess.run([os.path.join(bindir, "molecule"), "test", "-s", scenario], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    assert "idempotence" in done.stdout + done.stderr
