@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Converge and idempotent re-run wall times of `gpuprep apply` for 1, 4 and 8 nodes (systemd
+containers with the fake GPU tools), and the same playbooks under plain `ansible-playbook`
+defaults (forks 5, no pipelining, full fact gathering), measured side by side in one run.
+
+Goals: 8 nodes within 2.5x of 1 node; an idempotent re-run at most half a converge; gpuprep's
+settings at least 1.5x faster than Ansible's defaults.  Needs Docker and the base image
+(.ci/docker-setup.sh).  Usage: python bench/apply_scale.py [--sizes 1,4,8]"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+from nodes import prepare, remove_nodes, start_nodes, write_inventory  # noqa: E402
+
+
+def timed(argv, env=None):
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:4])} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return seconds
+
+
+def defaults_copy(tmp: Path) -> Path:
+    """The same roles and playbook, minus gpuprep's speed settings (gather_subset, pipelining, forks)."""
+    copy = tmp / "playbooks"
+    shutil.copytree(REPO / "playbooks", copy)
+    text = (copy / "apply.yml").read_text().replace("  gather_subset: [min, hardware, network, virtual]\n", "")
+    (copy / "apply.yml").write_text(text)
+    (copy / "ansible.cfg").write_text("[defaults]\nlibrary = ./library\nroles_path = ./roles\n"
+                                      "host_key_checking = False\n")
+    return copy
+
+
+def run_size(n: int, tmp: Path, mode: str):
+    names = [f"gpuprep-bench-{i}" for i in range(n)]
+    start_nodes(names)
+    try:
+        inventory = write_inventory(tmp / f"inv-{n}-{mode}.yml", names)
+        prepare(inventory, forks=max(n, 5))
+        bindir = os.path.dirname(sys.executable)
+        if mode == "gpuprep":
+            argv = [os.path.join(bindir, "gpuprep"), "apply", "-i", str(inventory), "--json"]
+            env = None
+        else:
+            playbooks = defaults_copy(tmp / f"defaults-{n}")
+            argv = [os.path.join(bindir, "ansible-playbook"), "-i", str(inventory), str(playbooks / "apply.yml")]
+            env = dict(os.environ, ANSIBLE_CONFIG=str(playbooks / "ansible.cfg"),
+                       PATH=bindir + os.pathsep + os.environ["PATH"])
+        converge = timed(argv, env)
+        rerun = timed(argv, env)
+        return converge, rerun
+    finally:
+        remove_nodes(names)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="1,4,8")
+    sizes = [int(s) for s in parser.parse_args().sizes.split(",")]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            for mode in ("gpuprep", "ansible-defaults"):
+                results[(n, mode)] = run_size(n, Path(tmp), mode)
+                print(f"  measured {mode:16s} {n} node(s): converge {results[(n, mode)][0]:6.1f} s, "
+                      f"re-run {results[(n, mode)][1]:6.1f} s", flush=True)
+    print()
+    print(f"{'nodes':>5}  {'gpuprep converge':>16}  {'re-run':>7}  {'re-run/converge':>15}  "
+          f"{'defaults converge':>17}  {'defaults/gpuprep':>16}")
+    for n in sizes:
+        g, d = results[(n, "gpuprep")], results[(n, "ansible-defaults")]
+        print(f"{n:>5}  {g[0]:>15.1f}s  {g[1]:>6.1f}s  {g[1] / g[0]:>15.2f}  {d[0]:>16.1f}s  {d[0] / g[0]:>16.2f}")
+    if 1 in sizes and max(sizes) > 1:
+        big = max(sizes)
+        print(f"\n{big} nodes vs 1 node (gpuprep converge): {results[(big, 'gpuprep')][0] / results[(1, 'gpuprep')][0]:.2f}x"
+              "   (goal <= 2.5x)")
+    print("idempotent re-run / converge (gpuprep): "
+          + ", ".join(f"{n}: {results[(n, 'gpuprep')][1] / results[(n, 'gpuprep')][0]:.2f}" for n in sizes)
+          + "   (goal <= 0.5)")
+    print("Ansible defaults / gpuprep (converge): "
+          + ", ".join(f"{n}: {results[(n, 'ansible-defaults')][0] / results[(n, 'gpuprep')][0]:.2f}x" for n in sizes)
+          + "   (goal >= 1.5x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""The pure event reducer, fed the event stream of a real `gpuprep apply` run (recorded from the
+fleet test: node1 failed halfway, node2 was stopped; container names anonymised)."""
+import json
+from pathlib import Path
+
+from gpuprep.ansible.reducer import RunState, reduce
+from gpuprep.ansible.view import summary_table
+
+EVENTS = json.loads((Path(__file__).parent / "data" / "apply-events-failed-and-unreachable.json").read_text())
+
+
+def replay(events):
+    state = RunState()
+    for tick, event in enumerate(events):
+        reduce(state, event, float(tick))
+    return state
+
+
+def test_live_counts_agree_with_ansibles_own_stats():
+    before_stats = [e for e in EVENTS if e["event"] != "playbook_on_stats"]
+    live = replay(before_stats)
+    stats = next(e for e in EVENTS if e["event"] == "playbook_on_stats")["event_data"]
+    for name, host in live.hosts.items():
+        assert host.ok + host.failed + host.unreachable + host.skipped >= 0
+        assert host.changed == stats["changed"].get(name, 0)
+        assert host.failed == stats["failures"].get(name, 0)
+        assert host.unreachable == stats["dark"].get(name, 0)
+        assert host.skipped == stats["skipped"].get(name, 0)
+    assert not live.finished
+
+
+def test_final_state_names_the_failed_and_unreachable_hosts():
+    state = replay(EVENTS)
+    assert state.finished
+    assert state.hosts["node0"].succeeded
+    assert not state.hosts["node1"].succeeded and state.hosts["node1"].failures[0].task
+    assert state.hosts["node2"].unreachable == 1 and state.hosts["node2"].failures[0].unreachable
+    table = summary_table(state, "/tmp/artifacts")
+    assert "1 of 3 host(s) succeeded; failed: node1, node2" in table
+
+
+def test_progress_shows_the_current_task_while_running():
+    halfway = replay(EVENTS[: len(EVENTS) // 2])
+    assert any(h.current_task for h in halfway.hosts.values())
+    assert halfway.hosts["node0"].seconds is not None
