@@ -216,41 +216,43 @@ def revert(inventory, limit, local, forks, extra_vars, as_json):
 
 @cli.command()
 @click.option("--duration", default="60s", show_default=True, help="Time budget, e.g. 20s, 2m.")
-@click.option("--nproc", default="auto", show_default=True, help="Ranks: auto = one per GPU, or 2 on a CPU-only host.")
+@click.option("--nproc", default="auto", show_default=True, help="Ranks per node: auto = one per GPU, or 2 on a CPU-only host.")
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True)
+@click.option("-i", "--inventory", help="Run on every host of this Ansible inventory; the first host is the rendezvous.")
+@click.option("--master", metavar="HOST:PORT", help="Rendezvous of a multi-node run (default with -i: first host, port 29517).")
+@click.option("--nnodes", type=click.IntRange(1, 4096), default=1, show_default=True, help="Nodes in this run (one launch per node).")
+@click.option("--node-rank", type=click.IntRange(0, 4095), default=0, show_default=True)
+@click.option("--rdzv-timeout", type=click.FloatRange(5, 3600), default=60, show_default=True, help="Seconds to wait for every node.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Also write the JSON report here.")
-def burnin(duration, nproc, backend, as_json, output):
+def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_timeout, as_json, output):
     """Short torchrun DDP burn-in: every rank trains, all-reduce bandwidth sweep, memory check, straggler named."""
     import json as _json
 
-    from .burnin import detect_gpus, launch, parse_duration, torch_available
-    from .burnin.judge import judge, verdict
+    from .burnin import launch, parse_duration, torch_available
+    from .burnin.judge import judge, report_document
+    from .errors import BadInput
     seconds = parse_duration(duration)
-    if not torch_available():
-        raise GpuprepError("PyTorch is not installed: pip install 'gpuprep[burnin]' (or torch) to run the burn-in")
-    gpus = detect_gpus()
-    if backend == "nccl" and not gpus:
-        from .errors import BadInput
-        raise BadInput("--backend nccl needs NVIDIA GPUs; this host has none (use gloo)")
-    chosen = backend if backend != "auto" else ("nccl" if gpus else "gloo")
-    if nproc == "auto":
-        ranks = gpus if chosen == "nccl" else 2
-    elif nproc.isdigit() and int(nproc) >= 1:
-        ranks = int(nproc)
+    if node_rank >= nnodes:
+        raise BadInput(f"--node-rank {node_rank} must be below --nnodes {nnodes}")
+    if nnodes > 1 and not master:
+        raise BadInput("--nnodes > 1 needs --master HOST:PORT (the rendezvous on node rank 0)")
+    if inventory:
+        from .burnin.fleet import run_fleet
+        run = run_fleet(inventory, seconds, nproc, backend, master, rdzv_timeout)
+        chosen, ranks = (next(iter(run.ranks.values()))["backend"] if run.ranks else backend), run.world_size
     else:
-        from .errors import BadInput
-        raise BadInput(f"--nproc {nproc!r} is not a positive number or 'auto'")
-    if not as_json:
-        click.echo(f"burn-in: {ranks} rank(s), backend {chosen}, {seconds:.0f} s ...", err=True)
-    run = launch(seconds, ranks, chosen)
+        if not torch_available():
+            raise GpuprepError("PyTorch is not installed: pip install 'gpuprep[burnin]' (or torch) to run the burn-in")
+        chosen, per_node = _burnin_plan(nproc, backend)
+        ranks = per_node * nnodes
+        if not as_json:
+            click.echo(f"burn-in: {per_node} rank(s) x {nnodes} node(s), backend {chosen}, {seconds:.0f} s", err=True)
+        with _phase_progress(not as_json and sys.stderr.isatty()) as on_progress:
+            run = launch(seconds, per_node, chosen, nnodes=nnodes, node_rank=node_rank, master=master,
+                         rdzv_timeout=rdzv_timeout, on_progress=on_progress)
     findings = judge(run)
-    document = {"schema": "gpuprep.burnin/1", "verdict": verdict(findings), "backend": chosen, "world_size": ranks,
-                "requested_seconds": seconds, "wall_seconds": round(run.wall_seconds, 2),
-                "findings": [f.to_dict() for f in findings],
-                "ranks": [{k: v for k, v in r.items() if k not in ("compute_ms", "step_ms")} |
-                          {"median_step_ms": _median(r.get("step_ms")), "median_compute_ms": _median(r.get("compute_ms"))}
-                          for _, r in sorted(run.ranks.items())]}
+    document = report_document(run, findings, chosen, seconds)
     if output:
         with open(output, "w") as fh:
             _json.dump(document, fh, indent=2)
@@ -268,6 +270,34 @@ def burnin(duration, nproc, backend, as_json, output):
         click.echo(f"{document['verdict'].upper()}: burn-in took {run.wall_seconds:.1f} s")
     if document["verdict"] == "fail":
         sys.exit(EXIT_FAILED)
+
+
+def _burnin_plan(nproc, backend):
+    from .burnin import detect_gpus
+    from .errors import BadInput
+    gpus = detect_gpus()
+    if backend == "nccl" and not gpus:
+        raise BadInput("--backend nccl needs NVIDIA GPUs; this host has none (use gloo)")
+    chosen = backend if backend != "auto" else ("nccl" if gpus else "gloo")
+    if nproc == "auto":
+        return chosen, (gpus if chosen == "nccl" else 2)
+    if nproc.isdigit() and int(nproc) >= 1:
+        return chosen, int(nproc)
+    raise BadInput(f"--nproc {nproc!r} is not a positive number or 'auto'")
+
+
+def _phase_progress(enabled):
+    import contextlib
+    if not enabled:
+        return contextlib.nullcontext(None)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    @contextlib.contextmanager
+    def bar():
+        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True) as progress:
+            task = progress.add_task("starting ranks", total=1.0)
+            yield lambda p: progress.update(task, description=p.get("phase", ""), completed=float(p.get("done", 0)))
+    return bar()
 
 
 def _median(values):

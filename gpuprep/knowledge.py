@@ -98,3 +98,8 @@ def sxid_catalog() -> Dict[int, Dict[str, str]]:
 def profiles_text() -> str:
     with open(os.path.join(_DATA, "profiles.toml"), encoding="utf-8") as fh:
         return fh.read()
+
+
+@functools.lru_cache(maxsize=None)
+def expected_busbw() -> List[Dict[str, str]]:
+    return _rows("busbw.csv")

@@ -47,3 +47,57 @@ def test_dead_rank_ends_the_run_and_is_named():
 def test_bad_duration_is_bad_input():
     done = run_cli("burnin", "--duration", "soon")
     assert done.returncode == 2 and "not a duration" in done.stderr
+
+
+def _free_port():
+    from gpuprep.burnin import free_port
+    return free_port()
+
+
+@pytest.mark.slow
+def test_two_nodes_rendezvous_on_loopback():
+    import subprocess
+    import sys
+    port = _free_port()
+    argv = [sys.executable, "-m", "gpuprep", "burnin", "--duration", "8s", "--nproc", "1", "--nnodes", "2",
+            "--master", f"127.0.0.1:{port}", "--json"]
+    nodes = [subprocess.Popen(argv + ["--node-rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for r in (0, 1)]
+    outputs = [n.communicate(timeout=120) for n in nodes]
+    for node, (out, err) in zip(nodes, outputs):
+        assert node.returncode == 0, err[-2000:]
+        doc = json.loads(out)
+        assert doc["world_size"] == 2 and doc["nodes"] == 2 and doc["verdict"] == "pass"
+    ranks = {json.loads(out)["ranks"][0]["rank"] for out, _ in outputs}
+    assert ranks == {0, 1}
+
+
+@pytest.mark.slow
+def test_impossible_rendezvous_fails_within_its_timeout():
+    import time
+    port = _free_port()          # nobody will host the store there
+    start = time.monotonic()
+    done = run_cli("burnin", "--duration", "5s", "--nproc", "1", "--nnodes", "2", "--node-rank", "1",
+                   "--master", f"127.0.0.1:{port}", "--rdzv-timeout", "8", "--json", timeout=120)
+    elapsed = time.monotonic() - start
+    assert done.returncode == 1
+    doc = json.loads(done.stdout)
+    assert doc["findings"][0]["id"] == "burnin.rendezvous"
+    assert elapsed < 8 + 15
+
+
+@pytest.mark.slow
+def test_burnin_across_an_inventory_of_two_local_nodes(tmp_path):
+    import sys
+    import yaml
+    port = _free_port()
+    inventory = tmp_path / "two.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"node-a": {"ansible_host": "127.0.0.1"}, "node-b": {}},
+                                                 "vars": {"ansible_connection": "local",
+                                                          "ansible_python_interpreter": sys.executable}}}))
+    done = run_cli("burnin", "-i", str(inventory), "--duration", "8s", "--nproc", "1",
+                   "--master", f"127.0.0.1:{port}", "--json", timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    assert doc["nodes"] == 2 and doc["world_size"] == 2 and doc["verdict"] == "pass"
+    assert {r["inventory_host"] for r in doc["ranks"]} == {"node-a", "node-b"}

@@ -9,7 +9,7 @@ RULES = REPO / "gpuprep" / "rules"
 
 def ids_in_code():
     found = set()
-    for path in RULES.glob("*.py"):
+    for path in list(RULES.glob("*.py")) + [REPO / "gpuprep" / "burnin" / "judge.py"]:
         found |= set(re.findall(r'Finding\(\s*"([a-z]+\.[a-z0-9-]+)"', path.read_text()))
         found |= set(re.findall(r'judge_driver_for_cuda\("([a-z]+\.[a-z0-9-]+)"', path.read_text()))
     found |= {"gpu.xid", "gpu.sxid"}     # built as f"gpu.{kind}"

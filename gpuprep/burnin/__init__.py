@@ -1,8 +1,10 @@
-"""Burn-in: launch torchrun (launcher), judge the per-rank results (judge, pure)."""
+"""Burn-in: launch torchrun (this module), run the ranks (worker, the only torch import), judge the
+per-rank results (judge, pure)."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -11,11 +13,12 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from ..errors import BadInput
 
 GRACE_SECONDS = 15
+DEFAULT_RDZV_TIMEOUT = 60.0
 
 
 @dataclass
@@ -28,11 +31,13 @@ class RunResult:
     log_tail: List[str] = field(default_factory=list)
     root_cause_rank: Optional[int] = None      # torchrun's "first observed failure"
     root_cause_exit: Optional[int] = None
+    rendezvous_failed: bool = False
+    nodes: int = 1
+    new_xids: List[dict] = field(default_factory=list)
 
 
 def root_cause(output: str):
     """(rank, exit code) of torchrun's 'Root Cause (first observed failure)' block, if any."""
-    import re
     block = output.split("Root Cause", 1)
     if len(block) < 2:
         return None, None
@@ -55,6 +60,13 @@ def parse_duration(text: str) -> float:
     return value
 
 
+def parse_master(text: str):
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadInput(f"--master {text!r} is not HOST:PORT")
+    return host, int(port)
+
+
 def torch_available() -> bool:
     import importlib.util
     return importlib.util.find_spec("torch") is not None
@@ -66,44 +78,106 @@ def detect_gpus() -> int:
     return len(facts.gpus) if facts.status.available else 0
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
+def nccl_env_file(path: str = "/etc/gpuprep/env") -> Dict[str, str]:
+    """The NCCL/OMP environment `gpuprep apply --tags nccl_env` wrote, when there is one."""
+    env: Dict[str, str] = {}
+    try:
+        with open(path) as fh:
+            for line in fh:
+                key, sep, value = line.strip().partition("=")
+                if sep and not key.startswith("#"):
+                    env[key] = value
+    except OSError:
+        pass
+    return env
+
+
 def launch(duration: float, nproc: int, backend: str, env: Optional[Dict[str, str]] = None,
-           timeout: Optional[float] = None, port: Optional[int] = None) -> RunResult:
-    """Run torchrun for one node; a watchdog ends the whole process group past duration + grace."""
-    out_dir = tempfile.mkdtemp(prefix="gpuprep-burnin-")
+           nnodes: int = 1, node_rank: int = 0, master: Optional[str] = None,
+           rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT, out_dir: Optional[str] = None,
+           on_progress: Optional[Callable[[dict], None]] = None) -> RunResult:
+    """Run torchrun for this node. A watchdog kills the whole process group when the rendezvous has
+    not completed within `rdzv_timeout`, or the run passes duration + grace."""
+    keep = out_dir is not None
+    out_dir = out_dir or tempfile.mkdtemp(prefix="gpuprep-burnin-")
+    os.makedirs(out_dir, exist_ok=True)
     collective_timeout = max(10.0, min(60.0, duration))
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
-            "--max-restarts", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port or _free_port()}",
+    if nnodes == 1:
+        rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
+    else:
+        host, port = parse_master(master or "")
+        # static rendezvous: the first node (node rank 0) hosts the store, as SuperBench does
+        rendezvous = ["--node-rank", str(node_rank), "--master-addr", host, "--master-port", str(port)]
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
+            "--max-restarts", "0", *rendezvous,
             "-m", "gpuprep.burnin.worker", "--duration", str(duration), "--out", out_dir,
             "--backend", backend, "--timeout", str(collective_timeout), "--max-mib", "16" if backend == "gloo" else "256"]
     child_env = dict(os.environ)
+    child_env.update(nccl_env_file())
     child_env.setdefault("OMP_NUM_THREADS", "1")
     child_env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
     child_env.update(env or {})
-    limit = timeout if timeout is not None else duration + GRACE_SECONDS + 30
+    xids_before = _xids()
     start = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env,
+    log = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env=child_env,
                             start_new_session=True)
-    timed_out = False
-    try:
-        output, _ = proc.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
+    timed_out = rendezvous_failed = False
+    joined_at = None
+    while proc.poll() is None:
+        time.sleep(0.25)
+        elapsed = time.monotonic() - start
+        if joined_at is None and os.path.exists(os.path.join(out_dir, "joined")):
+            joined_at = elapsed
+        if joined_at is None and elapsed > rdzv_timeout:
+            rendezvous_failed = True
+        elif joined_at is not None and elapsed > joined_at + duration + GRACE_SECONDS:
+            timed_out = True
+        if rendezvous_failed or timed_out:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            break
+        if on_progress:
+            progress = _read_json(os.path.join(out_dir, "progress.json"))
+            if progress:
+                on_progress(progress)
     wall = time.monotonic() - start
+    log.seek(0)
+    output = log.read()
+    log.close()
     ranks = {}
     for name in os.listdir(out_dir):
-        with open(os.path.join(out_dir, name)) as fh:
-            data = json.load(fh)
-        ranks[data["rank"]] = data
-    shutil.rmtree(out_dir, ignore_errors=True)
-    cause_rank, cause_exit = root_cause(output or "")
-    return RunResult(ranks=ranks, world_size=nproc, exit_code=None if timed_out else proc.returncode,
-                     timed_out=timed_out, wall_seconds=wall, log_tail=(output or "").splitlines()[-20:],
-                     root_cause_rank=cause_rank, root_cause_exit=cause_exit)
+        if re.fullmatch(r"rank\d+\.json", name):
+            data = _read_json(os.path.join(out_dir, name))
+            if data:
+                ranks[data["rank"]] = data
+    if not keep:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    cause_rank, cause_exit = root_cause(output)
+    xids_after = _xids()
+    new_xids = xids_after[len(xids_before):] if xids_before is not None and xids_after is not None else []
+    return RunResult(ranks=ranks, world_size=nproc * nnodes, exit_code=None if timed_out else proc.returncode,
+                     timed_out=timed_out, wall_seconds=wall, log_tail=output.splitlines()[-20:],
+                     root_cause_rank=cause_rank, root_cause_exit=cause_exit, rendezvous_failed=rendezvous_failed,
+                     nodes=nnodes, new_xids=new_xids)
+
+
+def _xids():
+    from ..probe.commands import recent_xids
+    events = recent_xids()
+    return None if events is None else [{"code": e.code, "pci": e.pci, "time": e.time, "message": e.message}
+                                        for e in events]
+
+
+def _read_json(path: str) -> Optional[dict]:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None

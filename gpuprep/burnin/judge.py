@@ -8,6 +8,8 @@ from ..rules import Finding, worst
 from . import RunResult
 
 STRAGGLER_MARGIN = 0.25     # a rank whose compute step is 25% slower than the others' median
+BANDWIDTH_FLOOR = 0.8       # warn below 80% of the expected bus bandwidth for the GPU model
+_HW_THROTTLE = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 
 
 def _label(rank: dict) -> str:
@@ -50,6 +52,28 @@ def judge(run: RunResult) -> List[Finding]:
                                         f"{_label(rank)} is the straggler: compute step {mine:.1f} ms vs {baseline:.1f} ms",
                                         {"median_compute_ms": round(mine, 2), "others_median_ms": round(baseline, 2)},
                                         "Check this GPU's clocks, temperature and throttle reasons (`gpuprep check`)"))
+    if run.rendezvous_failed:
+        findings.insert(0, Finding("burnin.rendezvous", "fail", "run",
+                                   f"Rendezvous did not complete: not all {run.nodes} node(s) joined in time",
+                                   {"log": run.log_tail[-5:]},
+                                   "Check that every node runs the burn-in, the master address/port is reachable, "
+                                   "and NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME name the right interface"))
+    for rank in complete:
+        gpu = rank.get("gpu") or {}
+        hard = [r for r in gpu.get("reasons_seen", []) if r in _HW_THROTTLE]
+        if hard:
+            findings.append(Finding("burnin.throttle", "fail", _label(rank), "GPU throttled during the run: " + ", ".join(hard),
+                                    {"max_temperature_c": gpu.get("max_temperature_c"), "min_sm_clock_mhz": gpu.get("min_sm_clock_mhz")},
+                                    "Check cooling and power delivery; `gpuprep check` for the throttle reasons"))
+        before, after = gpu.get("before") or {}, gpu.get("after") or {}
+        if (after.get("ecc_volatile_uncorrected") or 0) > (before.get("ecc_volatile_uncorrected") or 0):
+            findings.append(Finding("burnin.ecc", "fail", _label(rank), "New uncorrectable ECC errors during the run",
+                                    {"before": before.get("ecc_volatile_uncorrected"), "after": after.get("ecc_volatile_uncorrected")},
+                                    "Drain the GPU and reset it; run `dcgmi diag -r 3`"))
+    for xid in run.new_xids:
+        findings.append(Finding("burnin.xid", "fail", f"PCI {xid.get('pci')}", f"Xid {xid.get('code')} during the burn-in",
+                                xid, "See `gpuprep check` (gpu.xid) for NVIDIA's recommended action"))
+    findings.extend(_bandwidth(complete))
     for rank in complete:
         if not rank.get("memory", {}).get("ok", False):
             findings.append(Finding("burnin.memory", "fail", _label(rank), "Memory pattern mismatch",
@@ -65,5 +89,44 @@ def judge(run: RunResult) -> List[Finding]:
     return findings
 
 
+def _bandwidth(complete: List[dict]) -> List[Finding]:
+    from .. import knowledge as kb
+    if not complete or complete[0].get("backend") != "nccl":
+        return []
+    model = kb.gpu_model(complete[0].get("gpu_name"))
+    if model is None:
+        return []
+    world = complete[0]["world_size"]
+    row = next((r for r in kb.expected_busbw() if r["product"] == model["product"] and int(r["gpus"]) == world), None)
+    sweep = complete[0].get("allreduce") or []
+    if row is None or not sweep:
+        return []
+    measured, expected = sweep[-1]["busbw_gbs"], float(row["expected_busbw_gbs"])
+    evidence = {"busbw_gbs": round(measured, 1), "expected_gbs": expected, "bytes": sweep[-1]["bytes"]}
+    if measured < BANDWIDTH_FLOOR * expected:
+        return [Finding("burnin.bandwidth", "warn", "run",
+                        f"All-reduce busbw {measured:.0f} GB/s is below {BANDWIDTH_FLOOR:.0%} of the expected "
+                        f"{expected:.0f} GB/s for {world}x {model['product']}", evidence,
+                        "Check NVLink state (`nvidia-smi nvlink --status`), fabric manager, and NCCL_* overrides",
+                        row["source"])]
+    return [Finding("burnin.bandwidth", "pass", "run", f"All-reduce busbw {measured:.0f} GB/s "
+                    f"(expected ~{expected:.0f})", evidence, source=row["source"])]
+
+
 def verdict(findings: List[Finding]) -> str:
     return worst(findings)
+
+
+def report_document(run: RunResult, findings: List[Finding], backend: str, seconds: float) -> dict:
+    """The versioned burn-in report: verdict, findings, and every rank's numbers."""
+    def median(values):
+        return round(statistics.median(values), 3) if values else None
+    ranks = []
+    for _, rank in sorted(run.ranks.items()):
+        entry = dict(rank)
+        entry["median_step_ms"] = median(rank.get("step_ms"))
+        entry["median_compute_ms"] = median(rank.get("compute_ms"))
+        ranks.append(entry)
+    return {"schema": "gpuprep.burnin/1", "verdict": verdict(findings), "backend": backend,
+            "world_size": run.world_size, "nodes": run.nodes, "requested_seconds": seconds,
+            "wall_seconds": round(run.wall_seconds, 2), "findings": [f.to_dict() for f in findings], "ranks": ranks}

@@ -42,10 +42,16 @@ def main() -> None:
     if use_cuda:
         torch.cuda.set_device(device)
     dist.init_process_group(backend, timeout=dt.timedelta(seconds=args.timeout))
+    if local_rank == 0:
+        _write(os.path.join(args.out, "joined"), {"rank": rank, "world_size": world})
     slow, die = _test_hooks(rank)
+    progress = (lambda phase, done: _write(os.path.join(args.out, "progress.json"),
+                                           {"phase": phase, "done": round(done, 3)})) if local_rank == 0 else (lambda *a: None)
+    monitor = _GpuMonitor(local_rank) if use_cuda else None
     result = {"rank": rank, "world_size": world, "host": socket.gethostname(), "backend": backend,
               "device": str(device), "local_rank": local_rank}
     if use_cuda:
+        result["gpu_index"] = local_rank
         result["gpu_name"] = torch.cuda.get_device_name(device)
         props = torch.cuda.get_device_properties(device)
         result["pci_bus_id"] = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0" \
@@ -68,6 +74,8 @@ def main() -> None:
         dist.all_reduce(go, op=dist.ReduceOp.MIN)
         if go.item() == 0.0:
             break
+        if steps % 10 == 0:
+            progress("training", 1 - max(0.0, deadline_train - time.monotonic()) / (args.duration * 0.5))
         start = time.perf_counter()
         with ddp.no_sync():
             with autocast:
@@ -91,15 +99,89 @@ def main() -> None:
         if die and steps == 3:
             os._exit(17)
     result["steps"] = steps
-    result["compute_ms"] = compute_ms
-    result["step_ms"] = step_ms
+    result["compute_ms"] = [round(v, 3) for v in compute_ms]
+    result["step_ms"] = [round(v, 3) for v in step_ms]
 
+    progress("all-reduce sweep", 0.0)
     result["allreduce"] = _sweep(torch, dist, device, world, args.max_mib, use_cuda)
+    progress("all-gather / reduce-scatter", 0.0)
+    result["collectives"] = _other_collectives(torch, dist, device, world, args.max_mib, use_cuda)
+    progress("memory check", 0.0)
     result["memory"] = _memory_check(torch, device, use_cuda)
+    if monitor is not None:
+        result["gpu"] = monitor.finish()
+    progress("done", 1.0)
     dist.barrier()
     with open(os.path.join(args.out, f"rank{rank}.json"), "w") as fh:
         json.dump(result, fh)
     dist.destroy_process_group()
+
+
+def _write(path, data):
+    with open(path + ".tmp", "w") as fh:
+        json.dump(data, fh)
+    os.replace(path + ".tmp", path)
+
+
+class _GpuMonitor:
+    """NVML samples of this rank's GPU during the run (clocks, temperature, power, throttle reasons)
+    and its ECC counters before and after, through gpuprep's one NVML module."""
+
+    def __init__(self, index):
+        import threading
+        from gpuprep.probe.nvml import sample
+        self._sample, self._index = sample, index
+        self.before = sample(index)
+        self.samples = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(1.0):
+            reading = self._sample(self._index)
+            if reading:
+                self.samples.append(reading)
+
+    def finish(self):
+        self._stop.set()
+        self._thread.join(timeout=5)
+        after = self._sample(self._index) or {}
+        reasons = sorted({r for s in self.samples for r in s.get("clock_event_reasons") or []})
+        return {"before": self.before, "after": after, "samples": len(self.samples), "reasons_seen": reasons,
+                "max_temperature_c": max((s.get("temperature_c") or 0 for s in self.samples), default=None),
+                "max_power_w": max((s.get("power_draw_w") or 0 for s in self.samples), default=None),
+                "min_sm_clock_mhz": min((s.get("clock_sm_mhz") or 0 for s in self.samples), default=None)}
+
+
+def _other_collectives(torch, dist, device, world, max_mib, use_cuda):
+    """All-gather and reduce-scatter at one large size; busbw = algbw x (n-1)/n for both (nccl-tests)."""
+    size = max_mib << 20
+    per_rank = size // world // 4
+    rows = []
+    for name in ("all_gather", "reduce_scatter"):
+        shard = torch.ones(per_rank, dtype=torch.float32, device=device)
+        full = torch.ones(per_rank * world, dtype=torch.float32, device=device)
+        op = (lambda: dist.all_gather_into_tensor(full, shard)) if name == "all_gather" else \
+            (lambda: dist.reduce_scatter_tensor(shard, full))
+        try:
+            op()
+        except (RuntimeError, AttributeError) as exc:     # gloo lacks reduce_scatter_tensor
+            rows.append({"collective": name, "bytes": per_rank * world * 4, "unsupported": str(exc).splitlines()[0][:120]})
+            continue
+        dist.barrier()
+        if use_cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(5):
+            op()
+        if use_cuda:
+            torch.cuda.synchronize()
+        seconds = (time.perf_counter() - start) / 5
+        algbw = per_rank * world * 4 / seconds / 1e9
+        rows.append({"collective": name, "bytes": per_rank * world * 4, "time_us": seconds * 1e6,
+                     "algbw_gbs": algbw, "busbw_gbs": algbw * (world - 1) / world})
+    return rows
 
 
 def _sweep(torch, dist, device, world, max_mib, use_cuda):

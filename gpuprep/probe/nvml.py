@@ -240,3 +240,38 @@ def _text(value: Any) -> Optional[str]:
     if value is None:
         return None
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def sample(index: int, nvml: Any = None) -> Optional[dict]:
+    """One light reading of GPU `index` during a burn-in: clocks, temperature, power, throttle
+    reasons and ECC counters. None when NVML is unavailable."""
+    nvml = nvml if nvml is not None else load_library()
+    if nvml is None:
+        return None
+    try:
+        nvml.nvmlInit()
+    except (getattr(nvml, "NVMLError", OSError), OSError):
+        return None
+    try:
+        ask = _Asker(nvml)
+        h = ask(getattr(nvml, "nvmlDeviceGetHandleByIndex", None), index)
+        if h is None:
+            return None
+        reasons = ask(getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None), h)
+        if reasons is None:
+            reasons = ask(getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None), h)
+        return {
+            "clock_sm_mhz": ask(getattr(nvml, "nvmlDeviceGetClockInfo", None), h, nvml.NVML_CLOCK_SM),
+            "temperature_c": ask(getattr(nvml, "nvmlDeviceGetTemperature", None), h, nvml.NVML_TEMPERATURE_GPU),
+            "power_draw_w": _watts(ask(getattr(nvml, "nvmlDeviceGetPowerUsage", None), h)),
+            "clock_event_reasons": None if reasons is None else [n for bit, n in _REASON_BITS if reasons & bit],
+            "ecc_volatile_uncorrected": ask(getattr(nvml, "nvmlDeviceGetTotalEccErrors", None), h,
+                                            nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC),
+            "ecc_volatile_corrected": ask(getattr(nvml, "nvmlDeviceGetTotalEccErrors", None), h,
+                                          nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC),
+        }
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass

@@ -1,0 +1,52 @@
+"""`gpuprep burnin -i INVENTORY`: run the burn-in on every host through the Ansible layer and
+judge the ranks of all nodes together (a straggler is named across the whole job)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from ..errors import BadInput
+from . import RunResult
+
+
+def run_fleet(inventory: str, seconds: float, nproc: str, backend: str, master, rdzv_timeout: float) -> RunResult:
+    from ..ansible.runner import ApplyRequest, run
+    collect = tempfile.mkdtemp(prefix="gpuprep-burnin-reports-")
+    extravars = {"burnin_duration": f"{int(seconds)}s", "burnin_seconds": int(seconds), "burnin_nproc": nproc,
+                 "burnin_backend": backend, "burnin_rdzv_timeout": int(rdzv_timeout), "burnin_collect_dir": collect,
+                 "burnin_gpuprep": os.path.join(os.path.dirname(sys.executable), "gpuprep")}
+    if master:
+        host, _, port = master.rpartition(":")
+        if not host or not port.isdigit():
+            raise BadInput(f"--master {master!r} is not HOST:PORT")
+        extravars.update(burnin_master_addr=host, burnin_port=int(port))
+    start = time.monotonic()
+    outcome = run(ApplyRequest(playbook="burnin.yml", inventory=inventory, extravars=extravars,
+                               forks=None))
+    ranks, nodes, missing_hosts = {}, 0, []
+    world = 0
+    for host in outcome.hosts_in_inventory:
+        path = os.path.join(collect, f"{host}.json")
+        try:
+            with open(path) as fh:
+                report = json.load(fh)
+        except (OSError, ValueError):
+            missing_hosts.append(host)
+            continue
+        nodes += 1
+        world = max(world, report.get("world_size") or 0)
+        for rank in report.get("ranks", []):
+            rank["inventory_host"] = host
+            ranks[rank["rank"]] = rank
+    shutil.rmtree(collect, ignore_errors=True)
+    failed = [f"{h}: {state.failures[0].message}" for h, state in outcome.state.hosts.items() if state.failures]
+    result = RunResult(ranks=ranks, world_size=world or len(ranks), exit_code=0 if not failed else 1,
+                       timed_out=False, wall_seconds=time.monotonic() - start,
+                       log_tail=failed + [f"no report from {h}" for h in missing_hosts],
+                       nodes=len(outcome.hosts_in_inventory))
+    result.rendezvous_failed = bool(missing_hosts) and not ranks
+    return result

@@ -1,0 +1,51 @@
+"""The burn-in verdict on GPU runs, which CI cannot produce: rank results shaped as the worker
+writes them, with GPU readings in the shape gpuprep's NVML sampler returns (checked against the
+fake NVML built from a real capture)."""
+from conftest import corpus
+from fake_nvml import fake_for
+from gpuprep.burnin import RunResult
+from gpuprep.burnin.judge import judge
+from gpuprep.importers import import_files
+from gpuprep.probe.nvml import sample
+
+
+def gpu_rank(rank, busbw, compute=5.0, reasons=(), unc_after=0):
+    return {"rank": rank, "world_size": 8, "host": "node1", "backend": "nccl", "device": f"cuda:{rank}",
+            "gpu_index": rank, "gpu_name": "NVIDIA H100 80GB HBM3", "compute_ms": [compute] * 20, "step_ms": [9.0] * 20,
+            "allreduce": [{"bytes": 256 << 20, "busbw_gbs": busbw, "algbw_gbs": busbw * 8 / 14}],
+            "memory": {"ok": True, "bytes": 1 << 30},
+            "gpu": {"before": {"ecc_volatile_uncorrected": 0}, "after": {"ecc_volatile_uncorrected": unc_after},
+                    "reasons_seen": list(reasons), "samples": 10}}
+
+
+def run_of(ranks):
+    return RunResult(ranks={r["rank"]: r for r in ranks}, world_size=8, exit_code=0, timed_out=False, wall_seconds=70)
+
+
+def test_sampler_reads_a_real_capture_through_the_fake_nvml():
+    snap = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
+    reading = sample(3, fake_for(snap))
+    assert reading["clock_sm_mhz"] == snap.gpus[3].clock_sm_mhz
+    assert reading["ecc_volatile_uncorrected"] == 0 and reading["clock_event_reasons"] == ["gpu_idle"]
+
+
+def test_h100_bandwidth_against_the_expected_figure():
+    ok = judge(run_of([gpu_rank(r, 360.0) for r in range(8)]))
+    assert [f.severity for f in ok if f.id == "burnin.bandwidth"] == ["pass"]
+    slow = judge(run_of([gpu_rank(r, 150.0) for r in range(8)]))
+    assert [f.severity for f in slow if f.id == "burnin.bandwidth"] == ["warn"]
+
+
+def test_throttle_and_new_ecc_errors_fail_the_rank():
+    ranks = [gpu_rank(r, 360.0) for r in range(8)]
+    ranks[5] = gpu_rank(5, 360.0, reasons=("gpu_idle", "hw_thermal_slowdown"))
+    ranks[6] = gpu_rank(6, 360.0, unc_after=2)
+    found = {(f.id, f.subject.split(" (")[0]) for f in judge(run_of(ranks)) if f.severity == "fail"}
+    assert found == {("burnin.throttle", "rank 5"), ("burnin.ecc", "rank 6")}
+
+
+def test_straggler_label_names_host_device():
+    ranks = [gpu_rank(r, 360.0) for r in range(8)]
+    ranks[2] = gpu_rank(2, 360.0, compute=9.0)
+    (straggler,) = [f for f in judge(run_of(ranks)) if f.id == "burnin.straggler"]
+    assert straggler.subject == "rank 2 (node1 cuda:2)"
