@@ -33,6 +33,7 @@ def defaults_copy(tmp: Path) -> Path:
     """The same roles and playbook, minus gpuprep's speed settings (gather_subset, pipelining, forks)."""
     copy = tmp / "playbooks"
     shutil.copytree(REPO / "playbooks", copy)
+    shutil.copytree(REPO / "templates", tmp / "templates")
     text = (copy / "apply.yml").read_text().replace("  gather_subset: [min, hardware, network, virtual]\n", "")
     (copy / "apply.yml").write_text(text)
     (copy / "ansible.cfg").write_text("[defaults]\nlibrary = ./library\nroles_path = ./roles\n"

@@ -34,6 +34,7 @@ class RunResult:
     rendezvous_failed: bool = False
     nodes: int = 1
     new_xids: List[dict] = field(default_factory=list)
+    expected_ranks: Optional[List[int]] = None      # this launch's ranks (a node of a multi-node run)
 
 
 def root_cause(output: str):
@@ -165,7 +166,8 @@ def launch(duration: float, nproc: int, backend: str, env: Optional[Dict[str, st
     return RunResult(ranks=ranks, world_size=nproc * nnodes, exit_code=None if timed_out else proc.returncode,
                      timed_out=timed_out, wall_seconds=wall, log_tail=output.splitlines()[-20:],
                      root_cause_rank=cause_rank, root_cause_exit=cause_exit, rendezvous_failed=rendezvous_failed,
-                     nodes=nnodes, new_xids=new_xids)
+                     nodes=nnodes, new_xids=new_xids,
+                     expected_ranks=list(range(node_rank * nproc, (node_rank + 1) * nproc)))
 
 
 def _xids():

@@ -20,7 +20,8 @@ def _label(rank: dict) -> str:
 
 def judge(run: RunResult) -> List[Finding]:
     findings: List[Finding] = []
-    missing = [r for r in range(run.world_size) if r not in run.ranks]
+    expected = run.expected_ranks if run.expected_ranks is not None else range(run.world_size)
+    missing = [r for r in expected if r not in run.ranks]
     if run.timed_out:
         findings.append(Finding("burnin.hang", "fail", "run",
                                 f"Burn-in did not finish within {run.wall_seconds:.0f} s and was killed",

@@ -162,8 +162,10 @@ def _other_collectives(torch, dist, device, world, max_mib, use_cuda):
     for name in ("all_gather", "reduce_scatter"):
         shard = torch.ones(per_rank, dtype=torch.float32, device=device)
         full = torch.ones(per_rank * world, dtype=torch.float32, device=device)
-        op = (lambda: dist.all_gather_into_tensor(full, shard)) if name == "all_gather" else \
-            (lambda: dist.reduce_scatter_tensor(shard, full))
+        # torch 2.13 renamed these (the old names warn); older releases have only the old ones
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        op = (lambda: gather(full, shard)) if name == "all_gather" else (lambda: scatter(shard, full))
         try:
             op()
         except (RuntimeError, AttributeError) as exc:     # gloo lacks reduce_scatter_tensor
