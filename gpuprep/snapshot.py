@@ -194,6 +194,7 @@ class Software:
     cuda_toolkits: Optional[List[Toolkit]] = None
     cudnn_version: Optional[str] = None
     nccl_version: Optional[str] = None
+    nccl_cuda_major: Optional[int] = None      # the CUDA major an NCCL pip wheel was built for (nvidia-nccl-cuXX)
     torch: Optional[TorchInfo] = None
     container_toolkit_version: Optional[str] = None
 

@@ -238,6 +238,15 @@ def test_compat_rules_on_a_snapshot():
     assert verdicts(snap, "compat.toolkit-driver") == ["warn"]
 
 
+def test_nccl_wheel_for_another_cuda_major():
+    snap = load(H100)
+    snap.software.torch = TorchInfo(version="2.9.0+cu130", cuda="13.0")
+    snap.software.nccl_version, snap.software.nccl_cuda_major = "2.21.5", 12
+    assert verdicts(snap, "compat.nccl-cuda") == ["fail"]
+    snap.software.nccl_cuda_major = 13
+    assert verdicts(snap, "compat.nccl-cuda") == ["pass"]
+
+
 def test_skip_and_only():
     snap = load("a100-sxm4-80gb-mig.nvidia-smi-q.xml")
     ids = {f.id for f in evaluate(snap, skip=["gpu.persistence-off"])}

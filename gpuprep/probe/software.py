@@ -27,8 +27,14 @@ def probe_software(root: Root) -> Software:
     software.nccl_version = _header_version(root, "nccl.h", "NCCL")
     if root.live:
         software.torch = _torch_from_metadata()
-        software.nccl_version = software.nccl_version or _dist_version("nvidia-nccl-cu12") or \
-            _dist_version("nvidia-nccl-cu13") or _dist_version("nvidia-nccl-cu11")
+        if software.torch is not None:
+            _torch_from_subprocess(software.torch)
+        if software.nccl_version is None:
+            for major in (13, 12, 11):
+                version = _dist_version(f"nvidia-nccl-cu{major}")
+                if version:
+                    software.nccl_version, software.nccl_cuda_major = version, major
+                    break
         software.cudnn_version = software.cudnn_version or _dist_version("nvidia-cudnn-cu12") or \
             _dist_version("nvidia-cudnn-cu13") or _dist_version("nvidia-cudnn-cu11")
         software.container_toolkit_version = _ctk_version()
@@ -101,6 +107,35 @@ def _torch_from_metadata() -> Optional[TorchInfo]:
     cuda = re.search(r"^cuda\s*(?::\s*\S+)?\s*=\s*'([^']+)'", text, re.M)
     info.cuda = cuda.group(1) if cuda else None
     return info
+
+
+_TORCH_QUERY = (
+    "import json, torch\n"
+    "cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None\n"
+    "arch = torch.cuda.get_arch_list() if torch.version.cuda else []\n"
+    "print(json.dumps({'cuda': torch.version.cuda, 'cudnn': cudnn, 'arch': arch}))\n")
+TORCH_TIMEOUT = 30
+
+
+def _torch_from_subprocess(info: TorchInfo) -> None:
+    """torch's compiled arch list and cuDNN, asked of a child interpreter (importing torch here would
+    cost seconds and hundreds of MB); left unknown if it does not answer in time."""
+    import sys
+    try:
+        done = subprocess.run([sys.executable, "-c", _TORCH_QUERY], capture_output=True, text=True,
+                              timeout=TORCH_TIMEOUT)
+        data = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        data = None
+    if not data:
+        return
+    info.cuda = info.cuda or data.get("cuda")
+    cudnn = data.get("cudnn")
+    if cudnn:   # e.g. 90100 -> 9.1.0 (cuDNN 9: major*10000 + minor*100 + patch; cuDNN 8: major*1000 + minor*100 + patch)
+        major = cudnn // 10000 if cudnn >= 90000 else cudnn // 1000
+        rest = cudnn - major * (10000 if cudnn >= 90000 else 1000)
+        info.cudnn = f"{major}.{rest // 100}.{rest % 100}"
+    info.arch_list = [a for a in data.get("arch") or [] if a.startswith("sm_")] or None
 
 
 def _ctk_version() -> Optional[str]:

@@ -227,3 +227,22 @@ def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[s
         raise BadInput("nothing to judge: give --cuda, --torch, or --cudnn with the driver")
     from . import SEVERITY_RANK
     return sorted(findings, key=lambda f: SEVERITY_RANK[f.severity])
+
+
+@rule
+def nccl_cuda(snap, ctx):
+    """NCCL wheels are built per CUDA major (nvidia-nccl-cu12, -cu13): one built for another major
+    than the PyTorch CUDA runtime beside it cannot be loaded by it."""
+    software = snap.software
+    torch = software.torch
+    if software.nccl_cuda_major is None or not torch or not torch.cuda:
+        return []
+    runtime_major = int(torch.cuda.split(".")[0])
+    evidence = {"nccl": software.nccl_version, "nccl_cuda_major": software.nccl_cuda_major, "torch_cuda": torch.cuda}
+    if runtime_major != software.nccl_cuda_major:
+        return [Finding("compat.nccl-cuda", "fail", host(snap),
+                        f"NCCL {software.nccl_version} is built for CUDA {software.nccl_cuda_major}.x, PyTorch uses CUDA {torch.cuda}",
+                        evidence, f"pip install nvidia-nccl-cu{runtime_major} (the wheel matching PyTorch's CUDA major)",
+                        "NVIDIA NCCL pip packages (one per CUDA major)")]
+    return [Finding("compat.nccl-cuda", "pass", host(snap), f"NCCL {software.nccl_version} matches CUDA {torch.cuda}",
+                    evidence)]
