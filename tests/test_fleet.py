@@ -97,3 +97,42 @@ def test_bad_inventory_and_tags(tmp_path):
     assert missing.returncode == 2 and "no such file" in missing.stderr
     tags = run_cli("apply", "--local", "--tags", "gpu_clockz")
     assert tags.returncode == 2 and "unknown tag(s) gpu_clockz" in tags.stderr
+
+
+def test_unsupported_clock_pair_fails_before_anything_changes(fleet, tmp_path):
+    one = write_inventory(tmp_path / "one.yml", NAMES[:1])
+    node_exec(NAMES[0], "rm", "-rf", "/var/lib/gpuprep/gpu_clocks")
+    before = node_exec(NAMES[0], "cat", "/var/lib/fake-nvidia/state.json").stdout
+    had_config = node_exec(NAMES[0], "test", "-e", "/etc/gpuprep/clocks.conf").returncode == 0
+    done, doc = apply("-i", str(one), "--tags", "gpu_clocks", "-e", "gpu_clocks_graphics_mhz=2101")
+    assert done.returncode == 1
+    (failure,) = doc["hosts"][NAMES[0]]["failed_tasks"]
+    assert "2101 MHz is not supported" in failure["message"] and "2100" in failure["message"]
+    assert doc["hosts"][NAMES[0]]["changed"] == 0
+    assert node_exec(NAMES[0], "cat", "/var/lib/fake-nvidia/state.json").stdout == before
+    assert (node_exec(NAMES[0], "test", "-e", "/etc/gpuprep/clocks.conf").returncode == 0) == had_config
+    assert node_exec(NAMES[0], "test", "-e", "/var/lib/gpuprep/gpu_clocks").returncode != 0
+
+
+def test_host_without_gpus_skips_the_gpu_roles(tmp_path):
+    name = f"gpuprep-nogpu-{os.getpid()}"
+    start_nodes([name])
+    try:
+        node_exec(name, "systemctl", "is-system-running", "--wait")
+        inventory = write_inventory(tmp_path / "nogpu.yml", [name])
+        done, doc = apply("-i", str(inventory), "--tags", "gpu_persistence,gpu_clocks,nccl_env")
+        assert done.returncode == 0, doc
+        assert "OMP_NUM_THREADS=" in node_exec(name, "cat", "/etc/gpuprep/env").stdout
+        assert node_exec(name, "test", "-e", "/etc/systemd/system/gpuprep-clocks.service").returncode != 0
+        assert node_exec(name, "test", "-e", "/var/lib/gpuprep/gpu_persistence").returncode != 0
+    finally:
+        remove_nodes([name])
+
+
+def test_local_check_run_on_this_machine_changes_nothing():
+    existed = os.path.exists("/etc/gpuprep/env")
+    done = run_cli("apply", "--local", "--check", "--tags", "nccl_env,gpu_persistence", "--json", timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    assert list(doc["hosts"]) == ["localhost"] and doc["check"] is True
+    assert os.path.exists("/etc/gpuprep/env") == existed

@@ -247,6 +247,16 @@ def test_nccl_wheel_for_another_cuda_major():
     assert verdicts(snap, "compat.nccl-cuda") == ["pass"]
 
 
+def test_profile_host_size_and_rdma_nics():
+    snap = load(H100, "h100-sxm-x8-ib-penny.topo-m.txt", "asus-esc8000a-e12-4x-rtx6000ada.lscpu.txt")
+    assert verdicts(snap, "topo.rdma-nics", profile={"require_rdma": True}) == ["pass"]     # 8 IB ports, 8 GPUs
+    snap.topology.nic_names = {k: v for k, v in snap.topology.nic_names.items() if k in ("NIC0", "NIC1", "NIC8")}
+    snap.topology.devices = ["GPU%d" % i for i in range(8)] + ["NIC0", "NIC1", "NIC8"]
+    assert verdicts(snap, "topo.rdma-nics", profile={"require_rdma": True}) == ["fail"]   # 2 IB ports for 8 GPUs
+    snap.system.memory_total_mib = 16 * 1024
+    assert verdicts(snap, "numa.host-size", profile={"min_memory_gib": 32, "min_cpu_cores": 8}) == ["pass", "warn"]
+
+
 def test_skip_and_only():
     snap = load("a100-sxm4-80gb-mig.nvidia-smi-q.xml")
     ids = {f.id for f in evaluate(snap, skip=["gpu.persistence-off"])}

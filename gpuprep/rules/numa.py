@@ -62,3 +62,22 @@ def memory_per_gpu(snap, ctx):
                         f"Host memory is {have:.2f}x total GPU memory, profile wants {ratio}x", evidence,
                         "Add host memory: checkpointing and data loading need it")]
     return [Finding("numa.memory-per-gpu", "pass", host(snap), f"Host memory {have:.2f}x GPU memory", evidence)]
+
+
+@rule
+def host_size(snap, ctx):
+    """The profile's whole-host minimums (memory, physical cores)."""
+    out = []
+    memory_gib, cores = ctx.profile.get("min_memory_gib"), ctx.profile.get("min_cpu_cores")
+    ram = snap.system.memory_total_mib
+    if memory_gib and ram:
+        have = ram / 1024
+        out.append(Finding("numa.host-size", "warn" if have < memory_gib * 0.95 else "pass", host(snap),
+                           f"{have:.0f} GiB of memory (profile wants {memory_gib})", {"memory_gib": round(have, 1)},
+                           "Add memory or pick a smaller profile" if have < memory_gib * 0.95 else None))
+    if cores and snap.system.cores:
+        short = snap.system.cores < cores
+        out.append(Finding("numa.host-size", "warn" if short else "pass", host(snap),
+                           f"{snap.system.cores} physical cores (profile wants {cores})", {"cores": snap.system.cores},
+                           "Use a host with more cores or pick a smaller profile" if short else None))
+    return out

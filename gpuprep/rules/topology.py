@@ -77,3 +77,29 @@ def gpu_nic_affinity(snap, ctx):
                                "GPUDirect RDMA traffic will cross the CPU interconnect: move the NIC or pin jobs accordingly",
                                "nvidia-smi topo -m"))
     return out
+
+
+@rule
+def rdma_nics(snap, ctx):
+    """Profiles that train across nodes want an RDMA NIC per GPU pair, fast enough."""
+    if not ctx.profile.get("require_rdma") or not snap.gpus:
+        return []
+    wanted = max(1, len(snap.gpus) // 2)
+    minimum = ctx.profile.get("min_rdma_gbps") or 0
+    if snap.rdma_devices is not None:
+        nics = [d for d in snap.rdma_devices if "ACTIVE" in (d.state or "ACTIVE").upper()]
+        fast = [d for d in nics if d.rate_gbps is None or d.rate_gbps >= minimum]
+        names = [d.name for d in fast]
+    elif snap.topology:
+        names = [nic_device_name(snap.topology, n) for n in snap.topology.nics()
+                 if nic_device_name(snap.topology, n).startswith(("mlx", "ib", "bnxt_re", "efa", "irdma"))]
+        if any("eth" in n for n in names) and any("_ib" in n for n in names):
+            names = [n for n in names if "_ib" in n]     # IB ports for compute, the Ethernet ones for storage
+    else:
+        return []
+    evidence = {"rdma_nics": names, "gpus": len(snap.gpus), "wanted": wanted, "min_gbps": minimum}
+    if len(names) < wanted:
+        return [Finding("topo.rdma-nics", "fail", host(snap),
+                        f"{len(names)} RDMA NIC(s) for {len(snap.gpus)} GPUs; the profile wants one per GPU pair ({wanted})",
+                        evidence, "Add RDMA NICs (>= {} Gb/s) or use a single-node profile".format(minimum))]
+    return [Finding("topo.rdma-nics", "pass", host(snap), f"{len(names)} RDMA NICs for {len(snap.gpus)} GPUs", evidence)]
