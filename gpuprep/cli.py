@@ -153,19 +153,20 @@ def _apply_options(fn):
         click.option("--forks", type=click.IntRange(1, 500), help="Parallel hosts (default: the inventory's size)."),
         click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="KEY=VALUE", help="Role variable. Repeatable."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document with per-host results."),
+        click.option("--no-mitogen", is_flag=True, help="Use Ansible's own strategy instead of Mitogen's."),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
 
 
-def _run_playbook(playbook, inventory, limit, local, forks, extra_vars, as_json, tags=(), skip_tags=(),
+def _run_playbook(playbook, inventory, limit, local, forks, extra_vars, as_json, no_mitogen, tags=(), skip_tags=(),
                   check=False, diff=False):
     from .ansible.runner import ApplyRequest, parse_extravars, run
     from .ansible.view import line_view, live_view, summary_table
     request = ApplyRequest(playbook=playbook, inventory=inventory, limit=limit, local=local, forks=forks,
                            extravars=parse_extravars(extra_vars), tags=_split(tags), skip_tags=_split(skip_tags),
-                           check=check, diff=diff)
+                           check=check, diff=diff, mitogen=not no_mitogen)
     if request.local and request.inventory:
         from .errors import BadInput
         raise BadInput("give either -i INVENTORY or --local, not both")
@@ -202,16 +203,17 @@ def _split(values):
 @click.option("--skip-tags", multiple=True, help="Skip these roles.")
 @click.option("--check", is_flag=True, help="Change nothing; report what would change.")
 @click.option("--diff", is_flag=True, help="Show the changes to files.")
-def apply(inventory, limit, local, forks, extra_vars, as_json, tags, skip_tags, check, diff):
+def apply(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, tags, skip_tags, check, diff):
     """Tune GPU nodes with gpuprep's Ansible roles (through ansible-runner). Exit 0 only if every host succeeded."""
-    _run_playbook("apply.yml", inventory, limit, local, forks, extra_vars, as_json, tags, skip_tags, check, diff)
+    _run_playbook("apply.yml", inventory, limit, local, forks, extra_vars, as_json, no_mitogen, tags, skip_tags,
+                  check, diff)
 
 
 @cli.command()
 @_apply_options
-def revert(inventory, limit, local, forks, extra_vars, as_json):
+def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen):
     """Put back everything apply recorded (files, units, values, held packages, clocks)."""
-    _run_playbook("revert.yml", inventory, limit, local, forks, extra_vars, as_json)
+    _run_playbook("revert.yml", inventory, limit, local, forks, extra_vars, as_json, no_mitogen)
 
 
 @cli.command()

@@ -45,7 +45,8 @@ def write_inventory(path: Path, names: List[str], host_vars: Optional[Dict[str, 
     for name in names:
         hosts[name] = {"ansible_host": name, **((host_vars or {}).get(name, {}))}
     data = {"all": {"hosts": hosts, "vars": {
-        "ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3",
+        # the short name routes to community.docker.docker; Mitogen's strategy recognises it too
+        "ansible_connection": "docker", "ansible_python_interpreter": "/usr/bin/python3",
         "container_toolkit_repo_url": "file:/srv/gpuprep-repo", "container_toolkit_repo_trusted": True,
         "fake_capture": "dual-rtx-a5000.nvidia-smi-q.xml", "fake_persistenced": True, **(group_vars or {})}}}
     path.write_text(yaml.safe_dump(data))

@@ -35,6 +35,7 @@ class ApplyRequest:
     forks: Optional[int] = None
     extravars: Optional[Dict[str, object]] = None
     local: bool = False
+    mitogen: bool = True       # Mitogen's strategy when installed: one persistent interpreter per host
 
 
 @dataclass
@@ -99,6 +100,17 @@ def inventory_hosts(inventory: str, limit: Optional[str]) -> List[str]:
     return sorted(hosts)
 
 
+def mitogen_env() -> Dict[str, str]:
+    """Settings for Mitogen's strategy (several times fewer round trips per task) when it is installed.
+    Connections it does not know (e.g. an FQCN plugin) fall back to Ansible's own, so it is safe to enable."""
+    try:
+        import ansible_mitogen
+    except ImportError:
+        return {}
+    plugins = os.path.join(os.path.dirname(ansible_mitogen.__file__), "plugins", "strategy")
+    return {"ANSIBLE_STRATEGY_PLUGINS": plugins, "ANSIBLE_STRATEGY": "mitogen_linear"}
+
+
 def artifacts_root() -> str:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return os.path.join(base, "gpuprep", "runs")
@@ -108,20 +120,28 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
     import ansible_runner
 
     validate_tags(list(request.tags) + list(request.skip_tags))
+    private = tempfile.mkdtemp(prefix="gpuprep-apply-")
     if request.local:
-        inventory = "localhost,"
-        extravars = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        inventory = os.path.join(private, "local-inventory.ini")
+        with open(inventory, "w") as fh:
+            fh.write("localhost ansible_connection=local\n")
+        extravars = {"ansible_python_interpreter": sys.executable}
+        if os.geteuid() == 0:
+            extravars["ansible_become"] = False      # already root: no sudo needed (or installed)
     elif request.inventory:
         inventory = os.path.abspath(request.inventory) if os.path.exists(request.inventory) else request.inventory
         extravars = {}
     else:
         raise BadInput("give an inventory with -i, or --local for this machine")
-    hosts = inventory_hosts(inventory, request.limit)
+    try:
+        hosts = inventory_hosts(inventory, request.limit)
+    except BadInput:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
     extravars.update(request.extravars or {})
     forks = request.forks or max(1, min(len(hosts), 50))
 
     project = str(playbooks_dir())
-    private = tempfile.mkdtemp(prefix="gpuprep-apply-")
     ident = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     artifacts = artifacts_root()
     os.makedirs(artifacts, exist_ok=True)
@@ -147,7 +167,8 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
                            "ANSIBLE_ROLES_PATH": os.path.join(project, "roles"),
                            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
                            # the ansible CLIs installed beside this interpreter, even in an unactivated venv
-                           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
+                           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+                           **(mitogen_env() if request.mitogen else {})})
     _thread, runner = ansible_runner.run_async(**kwargs)
     state = RunState()
     for name in hosts:
