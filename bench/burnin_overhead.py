@@ -39,30 +39,40 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=int, default=20)
     parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each side; per-size medians are compared")
     args = parser.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    import statistics
+    burnin_runs, direct_runs, walls = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
-        report = os.path.join(tmp, "burnin.json")
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "gpuprep", "burnin", "--duration", f"{args.duration}s", "--nproc",
-                        str(args.nproc), "--backend", "gloo", "--json", "-o", report],
-                       stdout=subprocess.DEVNULL, env=env, check=False)
-        wall = time.perf_counter() - start
-        burnin = json.load(open(report))["ranks"][0]["allreduce"]
         script = os.path.join(tmp, "direct.py")
         open(script, "w").write(DIRECT)
-        direct_out = os.path.join(tmp, "direct.json")
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc),
-                        "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", script, direct_out],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
-        direct = json.load(open(direct_out))
-    print(f"gloo, {args.nproc} ranks: all-reduce busbw, burnin vs direct torch.distributed (same sizes)")
+        for attempt in range(args.repeat):
+            report = os.path.join(tmp, f"burnin{attempt}.json")
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "gpuprep", "burnin", "--duration", f"{args.duration}s", "--nproc",
+                            str(args.nproc), "--backend", "gloo", "--json", "-o", report],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
+            walls.append(time.perf_counter() - start)
+            burnin_runs.append(json.load(open(report))["ranks"][0]["allreduce"])
+            direct_out = os.path.join(tmp, f"direct{attempt}.json")
+            subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc),
+                            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", script, direct_out],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
+            direct_runs.append(json.load(open(direct_out)))
+    burnin = [{"bytes": rows[0]["bytes"], "busbw_gbs": statistics.median(r["busbw_gbs"] for r in rows)}
+              for rows in zip(*burnin_runs)]
+    direct = [{"bytes": rows[0]["bytes"], "busbw_gbs": statistics.median(r["busbw_gbs"] for r in rows)}
+              for rows in zip(*direct_runs)]
+    wall = statistics.median(walls)
+    print(f"gloo, {args.nproc} ranks: all-reduce busbw, burnin vs direct torch.distributed (same sizes), "
+          f"medians of {args.repeat} runs each, interleaved")
     print(f"{'bytes':>10}  {'burnin GB/s':>11}  {'direct GB/s':>11}  {'ratio':>6}")
     for b, d in zip(burnin, direct):
         print(f"{b['bytes']:>10}  {b['busbw_gbs']:>11.3f}  {d['busbw_gbs']:>11.3f}  {b['busbw_gbs'] / d['busbw_gbs']:>6.2f}")
     large = [b["busbw_gbs"] / d["busbw_gbs"] for b, d in zip(burnin, direct) if b["bytes"] >= 1 << 20]
     print(f"messages >= 1 MiB: burnin/direct = {sum(large) / len(large):.3f}   (goal: within 5%)")
-    print(f"wall time {wall:.1f} s for --duration {args.duration}s: overhead {wall - args.duration:.1f} s   "
+    print(f"median wall time {wall:.1f} s for --duration {args.duration}s: overhead {wall - args.duration:.1f} s   "
           f"(goal: at most 15 s)")
 
 
