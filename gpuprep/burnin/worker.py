@@ -194,7 +194,7 @@ def _sweep(torch, dist, device, world, max_mib, use_cuda):
     while size <= max_mib << 20:
         tensor = torch.ones(size // 4, dtype=torch.float32, device=device)
         dist.all_reduce(tensor)          # warm-up
-        iterations = 5 if size >= 16 << 20 else 10
+        iterations = 20 if size >= 1 << 20 else 50      # enough to average out scheduler noise
         dist.barrier()
         if use_cuda:
             torch.cuda.synchronize()
