@@ -85,10 +85,12 @@ def snapshot(sources, output, root, no_docker):
 @click.option("--no-docker", is_flag=True, help="Do not query the Docker daemon.")
 def check(sources, as_json, profile, skip, only, require_gpu, verbose, facts_only, root, no_docker):
     """Gather facts (or read captures), judge them, report findings. Exit 1 if any check fails."""
-    from .profiles import load as load_profile
     from .rules import Context, evaluate
 
-    chosen = load_profile(profile) if profile else {}
+    chosen = {}
+    if profile:
+        from .profiles import load as load_profile
+        chosen = load_profile(profile)
     snap = _gather(list(sources), root, no_docker)
     findings = None if facts_only else evaluate(snap, Context(profile=chosen, require_gpu=require_gpu), skip, only)
     if as_json:
