@@ -375,7 +375,7 @@ def _merge_value(a, b):
     if b is None:
         return a
     if dataclasses.is_dataclass(a) and type(a) is type(b):
-        defaults = type(a)()  if _all_defaulted(type(a)) else None
+        defaults = type(a)() if _all_defaulted(type(a)) else None
         kwargs = {}
         for f in dataclasses.fields(a):
             va, vb = getattr(a, f.name), getattr(b, f.name)

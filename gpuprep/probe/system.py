@@ -63,9 +63,8 @@ def probe_system(root: Root) -> System:
     processors = re.findall(r"^processor\s*:", cpuinfo, re.M)
     system.threads = len(processors) or None
     packages = set(re.findall(r"^physical id\s*:\s*(\d+)", cpuinfo, re.M))
-    cores = set(re.findall(r"^physical id\s*:\s*(\d+)[\s\S]*?^core id\s*:\s*(\d+)", cpuinfo, re.M))
     system.sockets = len(packages) or None
-    system.cores = _physical_cores(root, cpuinfo) or (len(cores) or None)
+    system.cores = _physical_cores(root, cpuinfo)
     meminfo = _key_values(root.read("/proc/meminfo") or "", sep=":")
     system.memory_total_mib = _kib_to_mib(meminfo.get("MemTotal"))
     system.swap_total_mib = _kib_to_mib(meminfo.get("SwapTotal"))
