@@ -2,7 +2,14 @@
 """The all-reduce bus bandwidth `gpuprep burnin` reports against a direct torch.distributed
 measurement of the same sizes and backend, and burn-in wall time against its requested
 duration, in one run. Goals: within 5%; wall time at most duration + 15 s.
-Usage: python bench/burnin_overhead.py [--duration 20] [--nproc 2]"""
+
+Both sides time each size the same way (warm-up, iterations agreed across ranks, five equal
+trials, the median trial). Runs alternate burnin/direct so slow spells of the machine hit both,
+and each burnin run is compared with the direct run right after it (the median of those paired
+ratios is the figure; the ratio of the per-size medians is printed beside it). The direct runs'
+own spread (median distance from their median) is printed as this machine's noise floor: a ratio
+can only be read to within that.
+Usage: python bench/burnin_overhead.py [--duration 15] [--nproc 2] [--repeat 6]"""
 import argparse
 import json
 import os
@@ -19,17 +26,24 @@ world, rank = dist.get_world_size(), dist.get_rank()
 warm = torch.ones(4 << 20)          # burnin sweeps after its training phase: warm the transport the same way
 for _ in range(50):
     dist.all_reduce(warm)
+
+def timed(t, iterations):
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        dist.all_reduce(t)
+    return (time.perf_counter() - start) / iterations
+
 rows, size = [], 4 << 10
 while size <= 16 << 20:
     t = torch.ones(size // 4)
-    dist.all_reduce(t)
-    iters = 20 if size >= 1 << 20 else 50
-    dist.barrier()
-    start = time.perf_counter()
-    for _ in range(iters):
+    for _ in range(5):
         dist.all_reduce(t)
-    sec = (time.perf_counter() - start) / iters
-    algbw = size / sec / 1e9
+    estimate = torch.tensor([timed(t, 1)], dtype=torch.float64)
+    dist.all_reduce(estimate, op=dist.ReduceOp.MAX)
+    iterations = max(3, min(2000, int(0.1 / max(estimate.item(), 1e-6))))
+    trials = sorted(timed(t, iterations) for _ in range(5))
+    algbw = size / trials[2] / 1e9
     rows.append({"bytes": size, "busbw_gbs": algbw * 2 * (world - 1) / world})
     size *= 4
 if rank == 0:
@@ -38,11 +52,39 @@ dist.destroy_process_group()
 """
 
 
+def per_size_median(runs):
+    import statistics
+    return [{"bytes": rows[0]["bytes"], "busbw_gbs": statistics.median(r["busbw_gbs"] for r in rows)}
+            for rows in zip(*runs)]
+
+
+def ratios(a, b):
+    return [x["busbw_gbs"] / y["busbw_gbs"] for x, y in zip(a, b)]
+
+
+def paired_ratio(burnin_runs, direct_runs):
+    """Per size, the median over runs of burnin/direct within one adjacent pair."""
+    import statistics
+    per_run = [ratios(b, d) for b, d in zip(burnin_runs, direct_runs)]
+    return [statistics.median(column) for column in zip(*per_run)]
+
+
+def spread(runs):
+    """Per size, the median relative distance of a run from the runs' median."""
+    import statistics
+    out = []
+    for rows in zip(*runs):
+        values = [r["busbw_gbs"] for r in rows]
+        middle = statistics.median(values)
+        out.append(statistics.median(abs(v / middle - 1) for v in values))
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--duration", type=int, default=20)
+    parser.add_argument("--duration", type=int, default=15)
     parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each side; per-size medians are compared")
+    parser.add_argument("--repeat", type=int, default=6, help="runs of each side, interleaved")
     args = parser.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1")
     import statistics
@@ -63,20 +105,22 @@ def main():
                             "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", script, direct_out],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
             direct_runs.append(json.load(open(direct_out)))
-    burnin = [{"bytes": rows[0]["bytes"], "busbw_gbs": statistics.median(r["busbw_gbs"] for r in rows)}
-              for rows in zip(*burnin_runs)]
-    direct = [{"bytes": rows[0]["bytes"], "busbw_gbs": statistics.median(r["busbw_gbs"] for r in rows)}
-              for rows in zip(*direct_runs)]
+            print(f"  run {attempt + 1}/{args.repeat}: 16 MiB busbw burnin {burnin_runs[-1][-1]['busbw_gbs']:.3f}, "
+                  f"direct {direct_runs[-1][-1]['busbw_gbs']:.3f} GB/s", flush=True)
+    burnin, direct = per_size_median(burnin_runs), per_size_median(direct_runs)
+    paired, noise = paired_ratio(burnin_runs, direct_runs), spread(direct_runs)
     wall = statistics.median(walls)
     print(f"gloo, {args.nproc} ranks: all-reduce busbw, burnin vs direct torch.distributed (same sizes), "
-          f"medians of {args.repeat} runs each, interleaved")
-    print(f"{'bytes':>10}  {'burnin GB/s':>11}  {'direct GB/s':>11}  {'ratio':>6}")
-    for b, d in zip(burnin, direct):
-        print(f"{b['bytes']:>10}  {b['busbw_gbs']:>11.3f}  {d['busbw_gbs']:>11.3f}  {b['busbw_gbs'] / d['busbw_gbs']:>6.2f}")
-    large = [b["busbw_gbs"] / d["busbw_gbs"] for b, d in zip(burnin, direct) if b["bytes"] >= 1 << 20]
-    print(f"largest message ({burnin[-1]['bytes'] >> 20} MiB, the figure the verdict uses): burnin/direct = "
-          f"{burnin[-1]['busbw_gbs'] / direct[-1]['busbw_gbs']:.3f}   (goal: within 5%)")
-    print(f"messages >= 1 MiB, mean ratio: {sum(large) / len(large):.3f}")
+          f"{args.repeat} interleaved runs each")
+    print(f"{'bytes':>10}  {'burnin GB/s':>11}  {'direct GB/s':>11}  {'paired ratio':>12}  {'ratio of medians':>16}  "
+          f"{'direct spread':>13}")
+    for b, d, p, r, n in zip(burnin, direct, paired, ratios(burnin, direct), noise):
+        print(f"{b['bytes']:>10}  {b['busbw_gbs']:>11.3f}  {d['busbw_gbs']:>11.3f}  {p:>12.3f}  {r:>16.3f}  "
+              f"{n * 100:>12.1f}%")
+    large = [p for b, p in zip(burnin, paired) if b["bytes"] >= 1 << 20]
+    print(f"largest message ({burnin[-1]['bytes'] >> 20} MiB, the figure the verdict uses): burnin/direct paired = "
+          f"{paired[-1]:.3f}, direct runs spread +-{noise[-1] * 100:.1f}%   (goal: within 5%)")
+    print(f"messages >= 1 MiB, mean paired ratio: {sum(large) / len(large):.3f}")
     print(f"median wall time {wall:.1f} s for --duration {args.duration}s: overhead {wall - args.duration:.1f} s   "
           f"(goal: at most 15 s)")
 

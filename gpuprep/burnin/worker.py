@@ -13,6 +13,12 @@ import os
 import socket
 import time
 
+SWEEP_TRIALS = 5             # timed trials per message size; the median trial is reported
+SWEEP_WARMUP = 5
+SWEEP_TRIAL_MAX_S = 0.1      # long enough to average many calls, short enough for the budget
+SWEEP_MIN_ITERATIONS, SWEEP_MAX_ITERATIONS = 3, 2000
+SWEEP_SHARE = 0.3            # of --duration, for the whole sweep
+
 
 def _test_hooks(rank: int):
     """Test-only switches (CI has no faulty hardware): slow one rank, or kill it mid-run."""
@@ -103,7 +109,8 @@ def main() -> None:
     result["step_ms"] = [round(v, 3) for v in step_ms]
 
     progress("all-reduce sweep", 0.0)
-    result["allreduce"] = _sweep(torch, dist, device, world, args.max_mib, use_cuda)
+    result["allreduce"] = _sweep(torch, dist, device, world, args.max_mib, use_cuda,
+                                  args.duration * SWEEP_SHARE)
     progress("all-gather / reduce-scatter", 0.0)
     result["collectives"] = _other_collectives(torch, dist, device, world, args.max_mib, use_cuda)
     progress("memory check", 0.0)
@@ -186,29 +193,45 @@ def _other_collectives(torch, dist, device, world, max_mib, use_cuda):
     return rows
 
 
-def _sweep(torch, dist, device, world, max_mib, use_cuda):
+def _sweep(torch, dist, device, world, max_mib, use_cuda, budget_s):
     """Algorithm and bus bandwidth as nccl-tests define them: algbw = bytes / time,
-    busbw = algbw * 2(n-1)/n for all-reduce."""
-    rows = []
+    busbw = algbw * 2(n-1)/n for all-reduce. Each size is timed in several trials of equal length
+    and the median trial counts, so one scheduler hiccup cannot move the figure."""
+    sizes = []
     size = 4 << 10
     while size <= max_mib << 20:
+        sizes.append(size)
+        size *= 4
+    trial_s = min(SWEEP_TRIAL_MAX_S, budget_s / (len(sizes) * SWEEP_TRIALS))
+    sync = torch.cuda.synchronize if use_cuda else (lambda: None)
+    rows = []
+    for size in sizes:
         tensor = torch.ones(size // 4, dtype=torch.float32, device=device)
-        dist.all_reduce(tensor)          # warm-up
-        iterations = 20 if size >= 1 << 20 else 50      # enough to average out scheduler noise
-        dist.barrier()
-        if use_cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(iterations):
-            dist.all_reduce(tensor)
-        if use_cuda:
-            torch.cuda.synchronize()
-        seconds = (time.perf_counter() - start) / iterations
+        run = lambda: dist.all_reduce(tensor)      # noqa: E731
+        for _ in range(SWEEP_WARMUP):
+            run()
+        # every rank must run the same number of iterations: agree on the slowest rank's estimate
+        estimate = torch.tensor([_timed(run, 1, sync, dist)], dtype=torch.float64, device=device)
+        dist.all_reduce(estimate, op=dist.ReduceOp.MAX)
+        iterations = max(SWEEP_MIN_ITERATIONS, min(SWEEP_MAX_ITERATIONS, int(trial_s / max(estimate.item(), 1e-6))))
+        trials = sorted(_timed(run, iterations, sync, dist) for _ in range(SWEEP_TRIALS))
+        seconds = trials[len(trials) // 2]
         algbw = size / seconds / 1e9
         rows.append({"bytes": size, "time_us": seconds * 1e6, "algbw_gbs": algbw,
-                     "busbw_gbs": algbw * 2 * (world - 1) / world})
-        size *= 4
+                     "busbw_gbs": algbw * 2 * (world - 1) / world, "iterations": iterations,
+                     "trials": len(trials), "spread": round(trials[-1] / trials[0], 3)})
     return rows
+
+
+def _timed(run, iterations, sync, dist):
+    """Mean seconds per call over `iterations` calls, started together on every rank."""
+    dist.barrier()
+    sync()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        run()
+    sync()
+    return (time.perf_counter() - start) / iterations
 
 
 def _memory_check(torch, device, use_cuda):

@@ -1,6 +1,7 @@
 #!/usr/bin/python
 """Ansible module (pure, no side effects): decide each GPU's clocks from gpuprep_gpu_facts and
-the requested values, or fail with the supported list before anything on the host changes."""
+the requested values, or fail with the supported list before anything on the host changes.
+Also names the GPUs that do not run their plan now (`drifted`), so the role re-applies it."""
 from ansible.module_utils.basic import AnsibleModule
 
 DOCUMENTATION = r"""
@@ -64,7 +65,18 @@ def main():
             plans.append(plan)
     if errors:
         module.fail_json(msg="; ".join(errors))
-    module.exit_json(changed=False, plan=plans)
+    by_index = {gpu["index"]: gpu for gpu in module.params["gpus"]}
+    module.exit_json(changed=False, plan=plans,
+                     drifted=[plan["index"] for plan in plans if not runs_plan(by_index[plan["index"]], plan)])
+
+
+def runs_plan(gpu, plan):
+    """Whether the GPU reports the planned graphics clock (the condition the role verifies)."""
+    if plan["method"] == "locked":
+        return gpu.get("clock_graphics") == plan["graphics"]
+    if plan["method"] == "app":
+        return gpu.get("app_graphics") == plan["graphics"]
+    return True
 
 
 if __name__ == "__main__":

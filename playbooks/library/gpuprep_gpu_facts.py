@@ -1,6 +1,8 @@
 #!/usr/bin/python
 """Ansible module: the host's NVIDIA GPUs as facts, read from `nvidia-smi -q -x` (or `-q` text
-when XML is unavailable). Read-only; safe in check mode."""
+when XML is unavailable), and whether nvidia-persistenced and its unit are installed. One call for
+what the GPU roles need to know, so a play reads it once. Read-only; safe in check mode."""
+import os
 import re
 import shutil
 import subprocess
@@ -11,13 +13,21 @@ from ansible.module_utils.basic import AnsibleModule
 DOCUMENTATION = r"""
 module: gpuprep_gpu_facts
 short_description: NVIDIA GPU facts from nvidia-smi
-description: Sets C(gpuprep_gpus) (a list) and C(gpuprep_gpu_present).
+description: Sets C(gpuprep_gpus) (a list), C(gpuprep_gpu_present) and C(gpuprep_persistenced)
+  (C(daemon) and C(unit) booleans).
 options:
   nvidia_smi:
     description: Path or name of nvidia-smi.
     type: str
     default: nvidia-smi
+  persistenced:
+    description: Path of nvidia-persistenced.
+    type: path
+    default: /usr/bin/nvidia-persistenced
 """
+
+PERSISTENCED_UNITS = ("/lib/systemd/system/nvidia-persistenced.service",
+                      "/usr/lib/systemd/system/nvidia-persistenced.service")
 
 LOCKED_CLOCK_ARCHS = ("Volta", "Turing", "Ampere", "Ada", "Ada Lovelace", "Hopper", "Blackwell")
 LOCKED_MEMORY_ARCHS = ("Ampere", "Ada", "Ada Lovelace", "Hopper", "Blackwell")
@@ -90,11 +100,15 @@ def from_text(text):
 
 
 def main():
-    module = AnsibleModule(argument_spec={"nvidia_smi": {"type": "str", "default": "nvidia-smi"}},
+    module = AnsibleModule(argument_spec={"nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+                                          "persistenced": {"type": "path", "default": "/usr/bin/nvidia-persistenced"}},
                            supports_check_mode=True)
+    persistenced = {"daemon": os.path.exists(module.params["persistenced"]),
+                    "unit": any(os.path.exists(path) for path in PERSISTENCED_UNITS)}
     exe = shutil.which(module.params["nvidia_smi"])
     if exe is None:
-        module.exit_json(changed=False, ansible_facts={"gpuprep_gpu_present": False, "gpuprep_gpus": []},
+        module.exit_json(changed=False, ansible_facts={"gpuprep_gpu_present": False, "gpuprep_gpus": [],
+                                                       "gpuprep_persistenced": persistenced},
                          msg="nvidia-smi not found: no NVIDIA driver on this host")
     gpus = None
     xml_run = subprocess.run([exe, "-q", "-x"], capture_output=True, text=True, timeout=60)
@@ -110,7 +124,8 @@ def main():
         gpu["locked_clocks"] = arch in LOCKED_CLOCK_ARCHS
         gpu["locked_memory_clocks"] = arch in LOCKED_MEMORY_ARCHS
         gpu["app_clocks"] = gpu.get("app_graphics") is not None
-    module.exit_json(changed=False, ansible_facts={"gpuprep_gpu_present": bool(gpus), "gpuprep_gpus": gpus})
+    module.exit_json(changed=False, ansible_facts={"gpuprep_gpu_present": bool(gpus), "gpuprep_gpus": gpus,
+                                                   "gpuprep_persistenced": persistenced})
 
 
 if __name__ == "__main__":
