@@ -76,6 +76,19 @@ def test_failed_and_unreachable_hosts_are_reported_and_a_rerun_finishes(fleet, t
     assert again.returncode == 0 and all(h["changed"] == 0 for h in doc["hosts"].values())   # idempotent
 
 
+def test_clocks_reset_by_hand_are_reapplied(fleet, tmp_path):
+    one = write_inventory(tmp_path / "one.yml", NAMES[:1])
+    assert apply("-i", str(one), "--tags", "gpu_clocks")[0].returncode == 0
+    planned = node_exec(NAMES[0], "nvidia-smi", "-q", "-x").stdout
+    node_exec(NAMES[0], "nvidia-smi", "-rgc", check=True)         # drift: config files all unchanged
+    assert node_exec(NAMES[0], "nvidia-smi", "-q", "-x").stdout != planned
+    done, doc = apply("-i", str(one), "--tags", "gpu_clocks")
+    assert done.returncode == 0 and doc["hosts"][NAMES[0]]["changed"] > 0, doc
+    assert node_exec(NAMES[0], "nvidia-smi", "-q", "-x").stdout == planned
+    again, doc = apply("-i", str(one), "--tags", "gpu_clocks")
+    assert again.returncode == 0 and doc["hosts"][NAMES[0]]["changed"] == 0, doc
+
+
 def test_revert_through_the_cli(fleet, tmp_path):
     one = write_inventory(tmp_path / "one.yml", NAMES[:1])
     assert apply("-i", str(one))[0].returncode == 0
