@@ -205,8 +205,12 @@ def _split(values):
 @click.option("--skip-tags", multiple=True, help="Skip these roles.")
 @click.option("--check", is_flag=True, help="Change nothing; report what would change.")
 @click.option("--diff", is_flag=True, help="Show the changes to files.")
-def apply(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, tags, skip_tags, check, diff):
+@click.option("--full", is_flag=True,
+              help="Run every task, even in roles whose host still holds what their last full run left.")
+def apply(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, tags, skip_tags, check, diff, full):
     """Tune GPU nodes with gpuprep's Ansible roles (through ansible-runner). Exit 0 only if every host succeeded."""
+    if full:
+        extra_vars = (*extra_vars, "gpuprep_fast_rerun=false")
     _run_playbook("apply.yml", inventory, limit, local, forks, extra_vars, as_json, no_mitogen, tags, skip_tags,
                   check, diff)
 

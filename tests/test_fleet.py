@@ -89,6 +89,32 @@ def test_clocks_reset_by_hand_are_reapplied(fleet, tmp_path):
     assert again.returncode == 0 and doc["hosts"][NAMES[0]]["changed"] == 0, doc
 
 
+def test_a_rerun_checks_each_role_in_one_read_and_repairs_what_moved(fleet, tmp_path):
+    one = write_inventory(tmp_path / "one.yml", NAMES[:1])
+    assert apply("-i", str(one))[0].returncode == 0
+    fast, doc = apply("-i", str(one))
+    assert fast.returncode == 0 and doc["hosts"][NAMES[0]]["changed"] == 0, doc
+    full, full_doc = apply("-i", str(one), "--full")
+    assert full.returncode == 0 and full_doc["hosts"][NAMES[0]]["changed"] == 0, full_doc
+    assert doc["hosts"][NAMES[0]]["ok"] * 2 < full_doc["hosts"][NAMES[0]]["ok"]      # the roles ended early
+
+    sysctl = node_exec(NAMES[0], "cat", "/etc/sysctl.d/90-gpuprep.conf").stdout
+    node_exec(NAMES[0], "sh", "-c", "echo kernel.numa_balancing=1 >> /etc/sysctl.d/90-gpuprep.conf", check=True)
+    node_exec(NAMES[0], "systemctl", "stop", "nvidia-persistenced", check=True)
+    node_exec(NAMES[0], "apt-mark", "unhold", "nvidia-driver-535", check=True)
+    done, doc = apply("-i", str(one))
+    assert done.returncode == 0, doc
+    repaired = " | ".join(doc["hosts"][NAMES[0]]["changed_tasks"])
+    assert "sysctl" in repaired and "persistence service" in repaired and "Hold" in repaired, repaired
+    assert node_exec(NAMES[0], "cat", "/etc/sysctl.d/90-gpuprep.conf").stdout == sysctl
+    assert node_exec(NAMES[0], "systemctl", "is-active", "nvidia-persistenced").stdout.strip() == "active"
+    assert node_exec(NAMES[0], "dpkg-query", "-W", "-f=${db:Status-Want}", "nvidia-driver-535").stdout == "hold"
+    again, doc = apply("-i", str(one), "-e", "nccl_env_overrides={NCCL_DEBUG: WARN}")
+    changed = doc["hosts"][NAMES[0]]["changed_tasks"]
+    assert again.returncode == 0 and len(changed) == 1 and "environment file" in changed[0], changed
+    assert "NCCL_DEBUG=WARN" in node_exec(NAMES[0], "cat", "/etc/gpuprep/env").stdout
+
+
 def test_revert_through_the_cli(fleet, tmp_path):
     one = write_inventory(tmp_path / "one.yml", NAMES[:1])
     assert apply("-i", str(one))[0].returncode == 0
