@@ -8,7 +8,8 @@ settings at least 1.5x faster than Ansible's defaults.
 
 Beside them it measures Ansible's own floor on this machine: a play of as many no-op remote tasks
 as gpuprep's re-run executes, with gpuprep's settings, on the same nodes. No playbook of that
-length can scale better from 1 to N nodes than that floor does here.  Needs Docker and the base image
+length can scale better from 1 to N nodes than that floor does here, and it prints how busy the machine's
+cores were during each size's runs.  Needs Docker and the base image
 (.ci/docker-setup.sh).  Usage: python bench/apply_scale.py [--sizes 1,4,8]"""
 import argparse
 import json
@@ -25,10 +26,23 @@ sys.path.insert(0, str(REPO / "tests"))
 from nodes import prepare, remove_nodes, start_nodes, write_inventory  # noqa: E402
 
 
-def timed(argv, env=None, output=False):
-    start = time.perf_counter()
+def cpu_ticks():
+    """(busy, total) jiffies of the whole machine: controller and node containers share these cores."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+BUSY = {}   # run label -> share of the machine's CPU time that was busy during it
+
+
+def timed(argv, env=None, output=False, label=None):
+    start, (busy0, total0) = time.perf_counter(), cpu_ticks()
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
+    busy1, total1 = cpu_ticks()
+    if label:
+        BUSY[label] = (busy1 - busy0) / max(1, total1 - total0)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv[:4])} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     return (seconds, done.stdout) if output else seconds
@@ -80,8 +94,8 @@ def run_size(n: int, tmp: Path, mode: str):
             argv = [os.path.join(bindir, "ansible-playbook"), "-i", str(inventory), str(playbooks / "apply.yml")]
             env = dict(os.environ, ANSIBLE_CONFIG=str(playbooks / "ansible.cfg"),
                        PATH=bindir + os.pathsep + os.environ["PATH"])
-        converge = timed(argv, env)
-        rerun, report = timed(argv, env, output=True)
+        converge = timed(argv, env, label=(n, mode, "converge"))
+        rerun, report = timed(argv, env, output=True, label=(n, mode, "re-run"))
         floor = None
         if mode == "gpuprep":
             hosts = json.loads(report)["hosts"]
@@ -117,6 +131,9 @@ def main():
         print(f"  Ansible's floor here (no-op play of the re-run's length, same settings): "
               f"{results[(1, 'gpuprep')][2]:.1f} s on 1 node, {results[(big, 'gpuprep')][2]:.1f} s on {big}: "
               f"{results[(big, 'gpuprep')][2] / results[(1, 'gpuprep')][2]:.2f}x")
+    print(f"  CPU busy during gpuprep's runs ({os.cpu_count()} cores shared by controller and nodes): "
+          + ", ".join(f"{n} node(s) converge {BUSY[(n, 'gpuprep', 'converge')]:.0%} re-run {BUSY[(n, 'gpuprep', 're-run')]:.0%}"
+                      for n in sizes))
     print("idempotent re-run / converge (gpuprep): "
           + ", ".join(f"{n}: {results[(n, 'gpuprep')][1] / results[(n, 'gpuprep')][0]:.2f}" for n in sizes)
           + "   (goal <= 0.5)")
