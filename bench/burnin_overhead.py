@@ -4,11 +4,11 @@ measurement of the same sizes and backend, and burn-in wall time against its req
 duration, in one run. Goals: within 5%; wall time at most duration + 15 s.
 
 Both sides time each size the same way (warm-up, iterations agreed across ranks, five equal
-trials, the median trial). Runs alternate burnin/direct so slow spells of the machine hit both,
-and each burnin run is compared with the direct run right after it (the median of those paired
-ratios is the figure; the ratio of the per-size medians is printed beside it). The direct runs'
-own spread (median distance from their median) is printed as this machine's noise floor: a ratio
-can only be read to within that.
+trials, the median trial). Runs alternate burnin/direct so slow spells of the machine hit both.
+Each burnin run is compared with the direct run beside it, which goes second in one pair and
+first in the next; the median of those paired ratios is the figure, and the ratio of the
+per-size medians is printed beside it. The direct runs' own spread (median distance from their
+median) is printed as this machine's noise floor: a ratio can only be read to within that.
 Usage: python bench/burnin_overhead.py [--duration 15] [--nproc 2] [--repeat 6]"""
 import argparse
 import json
@@ -92,7 +92,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "direct.py")
         open(script, "w").write(DIRECT)
-        for attempt in range(args.repeat):
+        def burnin_run(attempt):
             report = os.path.join(tmp, f"burnin{attempt}.json")
             start = time.perf_counter()
             subprocess.run([sys.executable, "-m", "gpuprep", "burnin", "--duration", f"{args.duration}s", "--nproc",
@@ -100,11 +100,18 @@ def main():
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
             walls.append(time.perf_counter() - start)
             burnin_runs.append(json.load(open(report))["ranks"][0]["allreduce"])
+
+        def direct_run(attempt):
             direct_out = os.path.join(tmp, f"direct{attempt}.json")
             subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc),
                             "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", script, direct_out],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
             direct_runs.append(json.load(open(direct_out)))
+
+        for attempt in range(args.repeat):
+            # the order alternates within pairs, so an effect of going first or second cancels out
+            for side in ((burnin_run, direct_run) if attempt % 2 == 0 else (direct_run, burnin_run)):
+                side(attempt)
             print(f"  run {attempt + 1}/{args.repeat}: 16 MiB busbw burnin {burnin_runs[-1][-1]['busbw_gbs']:.3f}, "
                   f"direct {direct_runs[-1][-1]['busbw_gbs']:.3f} GB/s", flush=True)
     burnin, direct = per_size_median(burnin_runs), per_size_median(direct_runs)

@@ -22,7 +22,7 @@ options:
   role: {type: str, required: true}
   state_dir: {type: path, default: /var/lib/gpuprep}
   mode: {type: str, choices: [check, record], default: check}
-  inputs: {type: raw, required: true, description: anything the role's outcome depends on}
+  inputs: {type: raw, required: true, description: a digest of everything the role's outcome depends on}
   watch:
     type: dict
     description: paths (files or directories), units, and commands (argv lists) to observe
