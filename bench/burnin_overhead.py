@@ -9,7 +9,7 @@ Each burnin run is compared with the direct run beside it, which goes second in 
 first in the next; the median of those paired ratios is the figure, and the ratio of the
 per-size medians is printed beside it. The direct runs' own spread (median distance from their
 median) is printed as this machine's noise floor: a ratio can only be read to within that.
-Usage: python bench/burnin_overhead.py [--duration 15] [--nproc 2] [--repeat 6]"""
+Usage: python bench/burnin_overhead.py [--duration 15] [--nproc 2] [--repeat 12]"""
 import argparse
 import json
 import os
@@ -84,7 +84,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=int, default=15)
     parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=6, help="runs of each side, interleaved")
+    parser.add_argument("--repeat", type=int, default=12, help="runs of each side, interleaved")
     args = parser.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1")
     import statistics
