@@ -97,6 +97,9 @@ def test_a_rerun_checks_each_role_in_one_read_and_repairs_what_moved(fleet, tmp_
     full, full_doc = apply("-i", str(one), "--full")
     assert full.returncode == 0 and full_doc["hosts"][NAMES[0]]["changed"] == 0, full_doc
     assert doc["hosts"][NAMES[0]]["ok"] * 2 < full_doc["hosts"][NAMES[0]]["ok"]      # the roles ended early
+    assert doc["hosts"][NAMES[0]]["unmoved_roles"] == ["driver_pin", "gpu_persistence", "gpu_clocks",
+                                                       "container_toolkit", "nccl_env", "system_tuning"]
+    assert full_doc["hosts"][NAMES[0]]["unmoved_roles"] == []
 
     sysctl = node_exec(NAMES[0], "cat", "/etc/sysctl.d/90-gpuprep.conf").stdout
     node_exec(NAMES[0], "sh", "-c", "echo kernel.numa_balancing=1 >> /etc/sysctl.d/90-gpuprep.conf", check=True)
@@ -106,6 +109,8 @@ def test_a_rerun_checks_each_role_in_one_read_and_repairs_what_moved(fleet, tmp_
     assert done.returncode == 0, doc
     repaired = " | ".join(doc["hosts"][NAMES[0]]["changed_tasks"])
     assert "sysctl" in repaired and "persistence service" in repaired and "Hold" in repaired, repaired
+    assert doc["hosts"][NAMES[0]]["unmoved_roles"] == ["gpu_clocks", "container_toolkit", "nccl_env"]
+    assert sorted(doc["hosts"][NAMES[0]]["drift"]) == ["driver_pin", "gpu_persistence", "system_tuning"]
     assert node_exec(NAMES[0], "cat", "/etc/sysctl.d/90-gpuprep.conf").stdout == sysctl
     assert node_exec(NAMES[0], "systemctl", "is-active", "nvidia-persistenced").stdout.strip() == "active"
     assert node_exec(NAMES[0], "dpkg-query", "-W", "-f=${db:Status-Want}", "nvidia-driver-535").stdout == "hold"

@@ -43,3 +43,22 @@ def test_progress_shows_the_current_task_while_running():
     halfway = replay(EVENTS[: len(EVENTS) // 2])
     assert any(h.current_task for h in halfway.hosts.values())
     assert halfway.hosts["node0"].seconds is not None
+
+
+# A real fast re-run (recorded from the fleet test): nvidia-persistenced stopped, the driver hold
+# released and the sysctl file edited by hand; the other roles found nothing moved.
+FAST_RERUN = json.loads((Path(__file__).parent / "data" / "apply-events-fast-rerun-after-drift.json").read_text())
+
+
+def test_a_fast_rerun_names_the_roles_that_did_not_move_and_what_moved_in_the_others():
+    state = replay(FAST_RERUN)
+    host = state.hosts["node0"]
+    assert host.unmoved_roles == ["gpu_clocks", "container_toolkit", "nccl_env"]
+    assert host.drift == {"driver_pin": ["command dpkg-query -W"],
+                          "gpu_persistence": ["unit nvidia-persistenced.service"],
+                          "system_tuning": ["path /etc/sysctl.d/90-gpuprep.conf"]}
+    table = summary_table(state, "/tmp/artifacts")
+    assert "nothing moved since the last full run of gpu_clocks, container_toolkit, nccl_env on node0" in table
+    assert "node0: gpu_persistence ran in full, moved since its last full run: unit nvidia-persistenced.service" \
+        in table
+    assert "1 of 1 host(s) succeeded" in table

@@ -27,6 +27,8 @@ class HostState:
     failures: List[FailedTask] = field(default_factory=list)
     changed_tasks: List[str] = field(default_factory=list)
     diffs: List[tuple] = field(default_factory=list)        # (task, before_header, before, after)
+    unmoved_roles: List[str] = field(default_factory=list)  # ended by the fast re-run: nothing moved
+    drift: Dict[str, List[str]] = field(default_factory=dict)  # role -> what moved since its last full run
     final: bool = False            # counts replaced by playbook_on_stats
 
     @property
@@ -42,7 +44,8 @@ class HostState:
     def to_dict(self) -> dict:
         return {"ok": self.ok, "changed": self.changed, "failed": self.failed, "unreachable": self.unreachable,
                 "skipped": self.skipped, "seconds": None if self.seconds is None else round(self.seconds, 1),
-                "changed_tasks": list(self.changed_tasks),
+                "changed_tasks": list(self.changed_tasks), "unmoved_roles": list(self.unmoved_roles),
+                "drift": {role: list(moved) for role, moved in self.drift.items()},
                 "failed_tasks": [{"task": f.task, "message": f.message, "unreachable": f.unreachable}
                                  for f in self.failures]}
 
@@ -92,6 +95,11 @@ def reduce(state: RunState, event: dict, now: float) -> RunState:
         if result.get("changed"):
             host.changed += 1
             host.changed_tasks.append(data.get("task") or "?")
+        if (data.get("task_action") or "").endswith("gpuprep_converged"):
+            if result.get("converged") is True:
+                host.unmoved_roles.append(data.get("role") or "?")
+            elif result.get("moved"):
+                host.drift[data.get("role") or "?"] = list(result["moved"])
         diffs = result.get("diff") or []
         for diff in diffs if isinstance(diffs, list) else [diffs]:
             if isinstance(diff, dict) and ("before" in diff or "after" in diff):

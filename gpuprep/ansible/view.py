@@ -76,6 +76,20 @@ def diff_text(state: RunState) -> str:
     return "".join(out)
 
 
+def _unmoved_lines(state: RunState) -> list:
+    """Roles the fast re-run ended because nothing they own moved, grouped by the hosts they share."""
+    groups: dict = {}
+    for name in sorted(state.hosts):
+        if state.hosts[name].unmoved_roles:
+            groups.setdefault(tuple(state.hosts[name].unmoved_roles), []).append(name)
+    lines = []
+    for roles, hosts in groups.items():
+        where = ", ".join(hosts) if len(hosts) <= 3 else f"{len(hosts)} hosts"
+        lines.append(f"  nothing moved since the last full run of {', '.join(roles)} on {where} "
+                     "(checked in one read each; --full runs every task)")
+    return lines
+
+
 def summary_table(state: RunState, artifacts: str) -> str:
     rows = [("host", "result", "ok", "changed", "failed", "unreachable", "time")]
     for name in sorted(state.hosts):
@@ -88,6 +102,10 @@ def summary_table(state: RunState, artifacts: str) -> str:
         for failure in state.hosts[name].failures:
             lines.append(f"  {name}: {'unreachable' if failure.unreachable else 'failed'} at "
                          f"'{failure.task}': {failure.message}")
+    lines += _unmoved_lines(state)
+    for name in sorted(state.hosts):
+        for role, moved in state.hosts[name].drift.items():
+            lines.append(f"  {name}: {role} ran in full, moved since its last full run: {', '.join(moved)}")
     failed = [n for n, h in state.hosts.items() if not (h.succeeded and h.final)]
     lines.append(f"{len(state.hosts) - len(failed)} of {len(state.hosts)} host(s) succeeded"
                  + (f"; failed: {', '.join(sorted(failed))}" if failed else ""))

@@ -82,9 +82,14 @@ def differences(recorded, now):
     moved = []
     for kind in ("paths", "units", "commands"):
         before, after = recorded.get(kind, {}), now.get(kind, {})
-        moved += ["%s %s" % (kind[:-1], key) for key in sorted(set(before) | set(after))
+        moved += ["%s %s" % (kind[:-1], label(kind, key)) for key in sorted(set(before) | set(after))
                   if before.get(key) != after.get(key)]
     return moved
+
+
+def label(kind, key):
+    """A command is keyed by its whole argv; a person needs only its start."""
+    return " ".join(json.loads(key)[:2]) if kind == "commands" else key
 
 
 def main():
