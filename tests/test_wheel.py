@@ -28,6 +28,10 @@ def test_wheel_carries_playbooks_and_templates(tmp_path):
     assert playbooks.startswith(str(env_dir)) and templates.startswith(str(env_dir))
     from pathlib import Path
     assert (Path(playbooks) / "apply.yml").is_file()
+    # the roles reach these by relative paths: ../../tasks, ../../library, their own vars/
+    assert (Path(playbooks) / "tasks" / "converged.yml").is_file()
+    assert (Path(playbooks) / "library" / "gpuprep_converged.py").is_file()
+    assert (Path(playbooks) / "roles" / "gpu_clocks" / "vars" / "main.yml").is_file()
     assert any(Path(templates).iterdir())
     check = subprocess.run([str(env_dir / "bin" / "gpuprep"), "check", "--from", corpus("h100-sxm-x8.nvidia-smi.txt")],
                            capture_output=True, text=True, cwd=tmp_path, timeout=60)
