@@ -13,6 +13,7 @@ Usage: python bench/burnin_overhead.py [--duration 15] [--nproc 2] [--repeat 12]
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,7 +54,6 @@ dist.destroy_process_group()
 
 
 def per_size_median(runs):
-    import statistics
     return [{"bytes": rows[0]["bytes"], "busbw_gbs": statistics.median(r["busbw_gbs"] for r in rows)}
             for rows in zip(*runs)]
 
@@ -64,14 +64,12 @@ def ratios(a, b):
 
 def paired_ratio(burnin_runs, direct_runs):
     """Per size, the median over runs of burnin/direct within one adjacent pair."""
-    import statistics
     per_run = [ratios(b, d) for b, d in zip(burnin_runs, direct_runs)]
     return [statistics.median(column) for column in zip(*per_run)]
 
 
 def spread(runs):
     """Per size, the median relative distance of a run from the runs' median."""
-    import statistics
     out = []
     for rows in zip(*runs):
         values = [r["busbw_gbs"] for r in rows]
@@ -87,7 +85,6 @@ def main():
     parser.add_argument("--repeat", type=int, default=12, help="runs of each side, interleaved")
     args = parser.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    import statistics
     burnin_runs, direct_runs, walls = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "direct.py")

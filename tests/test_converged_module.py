@@ -28,21 +28,21 @@ def test_a_check_sees_content_mode_commands_and_inputs_that_moved(tmp_path):
     watch = {"paths": [str(owned), str(tmp_path / "absent")], "commands": [["cat", str(queried)]]}
     state = tmp_path / "state"
 
-    assert converged(state, "check", {"v": 1}, watch)["reason"] == "no record of a full run"
-    assert converged(state, "record", {"v": 1}, watch)["changed"] is False
+    assert converged(state, "check", "inputs-digest-1", watch)["reason"] == "no record of a full run"
+    assert converged(state, "record", "inputs-digest-1", watch)["changed"] is False
     assert (state / "demo" / "converged.json").exists()
-    assert converged(state, "check", {"v": 1}, watch)["converged"] is True
+    assert converged(state, "check", "inputs-digest-1", watch)["converged"] is True
 
-    changed_inputs = converged(state, "check", {"v": 2}, watch)
+    changed_inputs = converged(state, "check", "inputs-digest-2", watch)
     assert changed_inputs["converged"] is False and "variables" in changed_inputs["reason"]
 
     owned.chmod(0o600)
-    assert converged(state, "check", {"v": 1}, watch)["moved"] == [f"path {owned}"]
+    assert converged(state, "check", "inputs-digest-1", watch)["moved"] == [f"path {owned}"]
     owned.chmod(0o644)
     owned.write_text("kernel.numa_balancing = 1\n")
     queried.write_text("ii nvidia-driver-535\n")
     (tmp_path / "absent").write_text("")
-    moved = converged(state, "check", {"v": 1}, watch)
+    moved = converged(state, "check", "inputs-digest-1", watch)
     assert moved["converged"] is False
     assert sorted(moved["moved"]) == sorted([f"path {owned}", f"path {tmp_path / 'absent'}",
                                              f"command cat {queried}"])

@@ -178,15 +178,7 @@ def _other_collectives(torch, dist, device, world, max_mib, use_cuda):
         except (RuntimeError, AttributeError) as exc:     # gloo lacks reduce_scatter_tensor
             rows.append({"collective": name, "bytes": per_rank * world * 4, "unsupported": str(exc).splitlines()[0][:120]})
             continue
-        dist.barrier()
-        if use_cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(5):
-            op()
-        if use_cuda:
-            torch.cuda.synchronize()
-        seconds = (time.perf_counter() - start) / 5
+        seconds = _timed(op, 5, torch.cuda.synchronize if use_cuda else (lambda: None), dist)
         algbw = per_rank * world * 4 / seconds / 1e9
         rows.append({"collective": name, "bytes": per_rank * world * 4, "time_us": seconds * 1e6,
                      "algbw_gbs": algbw, "busbw_gbs": algbw * (world - 1) / world})

@@ -22,7 +22,7 @@ options:
   role: {type: str, required: true}
   state_dir: {type: path, default: /var/lib/gpuprep}
   mode: {type: str, choices: [check, record], default: check}
-  inputs: {type: raw, required: true, description: a digest of everything the role's outcome depends on}
+  inputs: {type: str, required: true, description: the controller's digest of everything the role's outcome depends on}
   watch:
     type: dict
     description: paths (files or directories), units, and commands (argv lists) to observe
@@ -97,19 +97,19 @@ def main():
         "role": {"type": "str", "required": True},
         "state_dir": {"type": "path", "default": "/var/lib/gpuprep"},
         "mode": {"type": "str", "choices": ["check", "record"], "default": "check"},
-        "inputs": {"type": "raw", "required": True},
+        "inputs": {"type": "str", "required": True},
         "watch": {"type": "dict", "default": {}},
     }, supports_check_mode=True)
     params = module.params
     record_path = os.path.join(params["state_dir"], params["role"], "converged.json")
-    inputs = digest(json.dumps(params["inputs"], sort_keys=True, default=str))
-    now = observe(params["watch"])
+    inputs = params["inputs"]
 
     if params["mode"] == "record":
         if not module.check_mode:
             os.makedirs(os.path.dirname(record_path), exist_ok=True)
             with open(record_path + ".tmp", "w") as fh:
-                json.dump({"role": params["role"], "inputs": inputs, "observed": now}, fh, indent=1, sort_keys=True)
+                json.dump({"role": params["role"], "inputs": inputs, "observed": observe(params["watch"])}, fh,
+                          indent=1, sort_keys=True)
             os.replace(record_path + ".tmp", record_path)
         module.exit_json(changed=False, recorded=record_path)
 
@@ -121,7 +121,8 @@ def main():
     if recorded.get("inputs") != inputs:
         module.exit_json(changed=False, converged=False,
                          reason="the role's variables, code or the facts it reads changed")
-    moved = differences(recorded.get("observed", {}), now)
+    # observed only now: a host without a record, or with other inputs, runs the role in full anyway
+    moved = differences(recorded.get("observed", {}), observe(params["watch"]))
     module.exit_json(changed=False, converged=not moved, moved=moved,
                      reason=("moved since the last full run: " + ", ".join(moved)) if moved else "nothing moved")
 
