@@ -1,5 +1,6 @@
-"""Ship the top-level playbooks/ and templates/ inside the wheel as gpuprep/share/..., so an
-installed gpuprep finds them next to its code (gpuprep.resources resolves both layouts)."""
+"""Ship the top-level playbooks/ inside the wheel as gpuprep/share/playbooks, so an
+installed gpuprep finds them next to its code (gpuprep.resources resolves both layouts).
+playbooks/module_utils is a link to gpuprep/module_utils: the wheel gets a copy of its files."""
 import shutil
 from pathlib import Path
 
@@ -7,7 +8,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).parent
-SHARED = ("playbooks", "templates")
+SHARED = ("playbooks",)
 
 
 class BuildWithPlaybooks(build_py):

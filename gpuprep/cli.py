@@ -130,21 +130,42 @@ def compat(driver, cuda, cudnn, torch_version, gpu, cc, as_json):
 
 
 @cli.command("nccl-env")
-@click.option("--from", "sources", multiple=True, metavar="FILE", help="Compute for a snapshot/captures instead of this host.")
-@click.option("--default-interface", help="Interface of the default route (the live host finds it itself).")
-@click.option("--json", "as_json", is_flag=True)
-def nccl_env(sources, default_interface, as_json):
-    """Print the NCCL/OMP environment gpuprep would write to /etc/gpuprep/env for this host."""
-    from .ncclenv import compute_env, default_route_interface, facts_from_snapshot
-    snap = _gather(list(sources), "/", True)
-    facts = facts_from_snapshot(snap, default_interface or (None if sources else default_route_interface()))
-    env = compute_env(facts)
+@click.option("--from", "sources", multiple=True, metavar="FILE",
+              help="GPUs (and, without --root, the host's facts) from a snapshot/captures instead of this host.")
+@click.option("--root", metavar="DIR", help="Read /proc and /sys below DIR (a chroot or an image), as the role's sysroot.")
+@click.option("--default-interface", help="Interface of the default route, when the facts do not say (captures).")
+@click.option("--socket-ifname", help="NCCL_SOCKET_IFNAME's interface, as the role's nccl_env_socket_ifname.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a variable, as nccl_env_overrides. Repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="The variables as one JSON object instead of the file.")
+def nccl_env(sources, root, default_interface, socket_ifname, overrides, as_json):
+    """Print the file the nccl_env role writes to /etc/gpuprep/env for this host (same code, same facts)."""
+    from .ncclenv import environment, facts_from_snapshot, host_facts, render_env_file
+    snap = _gather(list(sources), "/", True) if sources else None
+    facts = host_facts(root or "/") if (root or not snap) else facts_from_snapshot(snap)
+    if default_interface:
+        facts["default_interface"] = default_interface
+    if snap is not None:
+        gpu_count = len(snap.gpus or [])
+    else:
+        from .burnin import detect_gpus
+        gpu_count = detect_gpus()
+    env = environment(facts, gpu_count, socket_ifname, _key_values(overrides, "--set"))
     if as_json:
         import json
         click.echo(json.dumps(env, indent=2, sort_keys=True))
     else:
-        for key in sorted(env):
-            click.echo(f"{key}={env[key]}")
+        click.echo(render_env_file(env), nl=False)
+
+
+def _key_values(pairs, option):
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            from .errors import BadInput
+            raise BadInput(f"{option} {pair!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
 
 
 def _apply_options(fn):

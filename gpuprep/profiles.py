@@ -1,7 +1,6 @@
 """Named node profiles (`--profile NAME`) shipped in data/profiles.toml, or a user's TOML file."""
 from __future__ import annotations
 
-import sys
 from typing import Any, Dict
 
 from .errors import BadInput
@@ -12,10 +11,7 @@ KNOWN_KEYS = {"description", "min_gpus", "min_memory_gib", "min_cpu_cores", "min
 
 
 def _toml(text: str, origin: str) -> Dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:
-        import tomli as tomllib
+    import tomllib
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -1,4 +1,4 @@
-"""Where the shipped playbooks and templates live: inside the installed package (wheel) or at
+"""Where the shipped playbooks live: inside the installed package (wheel) or at
 the top of a source checkout (editable install)."""
 from __future__ import annotations
 
@@ -17,6 +17,3 @@ def shared_dir(name: str) -> Path:
 def playbooks_dir() -> Path:
     return shared_dir("playbooks")
 
-
-def templates_dir() -> Path:
-    return shared_dir("templates")

@@ -39,14 +39,14 @@ def test_check_diff_changes_nothing_then_a_real_run_does(fleet, tmp_path):
     done = run_cli("apply", "-i", str(one), "--check", "--diff", "--tags", "nccl_env,system_tuning,container_toolkit",
                    timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "+NCCL_SOCKET_IFNAME==eth0" in done.stdout          # the diff of the env file
+    assert "+NCCL_SOCKET_IFNAME=\"=eth0\"" in done.stdout          # the diff of the env file
     assert '"nvidia"' in done.stdout                           # the daemon.json merge
     assert node_exec(NAMES[0], "test", "-e", "/etc/gpuprep/env").returncode != 0
     assert node_exec(NAMES[0], "cat", "/etc/docker/daemon.json").stdout == \
         node_exec(NAMES[0], "cat", "/root/daemon.json.orig").stdout
     real, doc = apply("-i", str(one), "--tags", "nccl_env,system_tuning,container_toolkit")
     assert real.returncode == 0 and doc["hosts"][NAMES[0]]["changed"] > 0
-    assert "NCCL_SOCKET_IFNAME==eth0" in node_exec(NAMES[0], "cat", "/etc/gpuprep/env").stdout
+    assert "NCCL_SOCKET_IFNAME=\"=eth0\"" in node_exec(NAMES[0], "cat", "/etc/gpuprep/env").stdout
 
 
 def test_failed_and_unreachable_hosts_are_reported_and_a_rerun_finishes(fleet, tmp_path):
@@ -117,7 +117,7 @@ def test_a_rerun_checks_each_role_in_one_read_and_repairs_what_moved(fleet, tmp_
     again, doc = apply("-i", str(one), "-e", "nccl_env_overrides={NCCL_DEBUG: WARN}")
     changed = doc["hosts"][NAMES[0]]["changed_tasks"]
     assert again.returncode == 0 and len(changed) == 1 and "environment file" in changed[0], changed
-    assert "NCCL_DEBUG=WARN" in node_exec(NAMES[0], "cat", "/etc/gpuprep/env").stdout
+    assert "NCCL_DEBUG=\"WARN\"" in node_exec(NAMES[0], "cat", "/etc/gpuprep/env").stdout
 
 
 def test_revert_through_the_cli(fleet, tmp_path):
@@ -166,7 +166,9 @@ def test_host_without_gpus_skips_the_gpu_roles(tmp_path):
         inventory = write_inventory(tmp_path / "nogpu.yml", [name])
         done, doc = apply("-i", str(inventory), "--tags", "gpu_persistence,gpu_clocks,nccl_env")
         assert done.returncode == 0, doc
-        assert "OMP_NUM_THREADS=" in node_exec(name, "cat", "/etc/gpuprep/env").stdout
+        listing = node_exec(name, "lscpu", "-p=CORE,SOCKET").stdout.splitlines()
+        cores = len({line for line in listing if not line.startswith("#")})     # no GPU: all physical cores
+        assert f'OMP_NUM_THREADS="{cores}"' in node_exec(name, "cat", "/etc/gpuprep/env").stdout.splitlines()
         assert node_exec(name, "test", "-e", "/etc/systemd/system/gpuprep-clocks.service").returncode != 0
         assert node_exec(name, "test", "-e", "/var/lib/gpuprep/gpu_persistence").returncode != 0
     finally:

@@ -55,6 +55,35 @@ def _ansible_bin(name: str) -> str:
     return found
 
 
+MIN_ANSIBLE_CORE = (2, 18)     # meta: end_role, which the fast re-run ends a settled role with
+
+
+def parse_version(text: str) -> tuple:
+    """(2, 19, 14) from '2.19.14', 'ansible-playbook [core 2.19.14]' or '2.18.0rc1'; () if none."""
+    import re
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return tuple(int(part) for part in match.groups() if part is not None) if match else ()
+
+
+def ensure_ansible_core() -> str:
+    """The ansible-playbook this run will use, after checking that it is recent enough (BadInput if not)."""
+    playbook = _ansible_bin("ansible-playbook")
+    if os.path.dirname(playbook) == os.path.dirname(sys.executable):
+        try:
+            from ansible.release import __version__ as found
+        except ImportError:
+            found = ""
+    else:
+        done = subprocess.run([playbook, "--version"], capture_output=True, text=True, timeout=60)
+        found = done.stdout.splitlines()[0] if done.stdout else ""
+    version = parse_version(found)
+    if version[:2] < MIN_ANSIBLE_CORE:
+        need = ".".join(map(str, MIN_ANSIBLE_CORE))
+        raise BadInput(f"{playbook} is ansible-core {'.'.join(map(str, version)) or 'of unknown version'}; "
+                       f"gpuprep needs >= {need}: pip install 'ansible-core>={need}' (Python >= 3.11)")
+    return playbook
+
+
 def parse_extravars(pairs: Sequence[str]) -> Dict[str, object]:
     import yaml
     out: Dict[str, object] = {}
@@ -120,6 +149,7 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
     import ansible_runner
 
     validate_tags(list(request.tags) + list(request.skip_tags))
+    ensure_ansible_core()
     private = tempfile.mkdtemp(prefix="gpuprep-apply-")
     if request.local:
         inventory = os.path.join(private, "local-inventory.ini")

@@ -64,32 +64,17 @@ def probe_system(root: Root) -> System:
     system.threads = len(processors) or None
     packages = set(re.findall(r"^physical id\s*:\s*(\d+)", cpuinfo, re.M))
     system.sockets = len(packages) or None
-    system.cores = _physical_cores(root, cpuinfo)
+    system.cores = _physical_cores(root)
     meminfo = _key_values(root.read("/proc/meminfo") or "", sep=":")
     system.memory_total_mib = _kib_to_mib(meminfo.get("MemTotal"))
     system.swap_total_mib = _kib_to_mib(meminfo.get("SwapTotal"))
     return system
 
 
-def _physical_cores(root: Root, cpuinfo: str) -> Optional[int]:
-    if root.live:
-        try:
-            import psutil
-            return psutil.cpu_count(logical=False)
-        except Exception:
-            return None
-    pairs = set()
-    block_core = block_pkg = None
-    for line in cpuinfo.splitlines() + [""]:
-        if not line.strip():
-            if block_core is not None:
-                pairs.add((block_pkg, block_core))
-            block_core = block_pkg = None
-        elif line.startswith("physical id"):
-            block_pkg = line.split(":", 1)[1].strip()
-        elif line.startswith("core id"):
-            block_core = line.split(":", 1)[1].strip()
-    return len(pairs) or None
+def _physical_cores(root: Root) -> Optional[int]:
+    # the same count the nccl_env role divides among the GPUs (one implementation in module_utils)
+    from ..module_utils.gpuprep_ncclenv import physical_cores
+    return physical_cores(str(root.path("/")))
 
 
 def _kib_to_mib(value: Optional[str]) -> Optional[int]:
