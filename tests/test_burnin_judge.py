@@ -49,3 +49,32 @@ def test_straggler_label_names_host_device():
     ranks[2] = gpu_rank(2, 360.0, compute=9.0)
     (straggler,) = [f for f in judge(run_of(ranks)) if f.id == "burnin.straggler"]
     assert straggler.subject == "rank 2 (node1 cuda:2)"
+
+
+def powered_rank(rank, peak_w, limit_w=700.0, reasons=(), samples=12):
+    entry = gpu_rank(rank, 360.0)
+    entry["gpu"].update(training_samples=samples, training_max_power_w=peak_w, power_limit_w=limit_w,
+                        training_reasons=list(reasons))
+    return entry
+
+
+def test_a_load_that_never_came_near_the_power_limit_is_reported():
+    findings = judge(run_of([powered_rank(r, 655.0) for r in range(7)] + [powered_rank(7, 180.0)]))
+    low = [f for f in findings if f.id == "burnin.load-low"]
+    assert [(f.severity, f.subject) for f in low] == [("warn", "rank 7 (node1 cuda:7)")]
+    assert low[0].evidence["training_max_power_w"] == 180.0 and "180 W of the GPU's 700 W" in low[0].title
+
+
+def test_a_power_capped_gpu_or_one_without_power_readings_is_not_called_underloaded():
+    capped = judge(run_of([powered_rank(r, 300.0, reasons=["sw_power_cap"]) for r in range(8)]))
+    assert not [f for f in capped if f.id == "burnin.load-low"]
+    unread = judge(run_of([powered_rank(r, None, samples=0) for r in range(8)]))
+    assert not [f for f in unread if f.id == "burnin.load-low"]
+    assert [f.id for f in unread if f.severity == "pass"] == ["burnin.bandwidth", "burnin.pass"]
+
+
+def test_sampler_reports_the_enforced_power_limit_of_a_real_capture():
+    snap = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
+    reading = sample(0, fake_for(snap))
+    assert reading["power_limit_w"] == snap.gpus[0].power_enforced_limit_w == 700.0
+    assert reading["max_sm_clock_mhz"] == 1980 and reading["pci_bus_id"] == snap.gpus[0].pci_bus_id

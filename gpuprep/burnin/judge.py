@@ -9,6 +9,7 @@ from . import RunResult
 
 STRAGGLER_MARGIN = 0.25     # a rank whose compute step is 25% slower than the others' median
 BANDWIDTH_FLOOR = 0.8       # warn below 80% of the expected bus bandwidth for the GPU model
+LOAD_POWER_SHARE = 0.7     # a GEMM load sized to the GPU runs at (or is capped near) its power limit
 _HW_THROTTLE = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 
 
@@ -71,14 +72,18 @@ def judge(run: RunResult) -> List[Finding]:
             findings.append(Finding("burnin.ecc", "fail", _label(rank), "New uncorrectable ECC errors during the run",
                                     {"before": before.get("ecc_volatile_uncorrected"), "after": after.get("ecc_volatile_uncorrected")},
                                     "Drain the GPU and reset it; run `dcgmi diag -r 3`"))
+    findings.extend(_load_reached(rank) for rank in complete if _load_fell_short(rank))
     for xid in run.new_xids:
         findings.append(Finding("burnin.xid", "fail", f"PCI {xid.get('pci')}", f"Xid {xid.get('code')} during the burn-in",
                                 xid, "See `gpuprep check` (gpu.xid) for NVIDIA's recommended action"))
     findings.extend(_bandwidth(complete))
     for rank in complete:
-        if not rank.get("memory", {}).get("ok", False):
-            findings.append(Finding("burnin.memory", "fail", _label(rank), "Memory pattern mismatch",
-                                    rank.get("memory", {}), "Drain the GPU and run `dcgmi diag -r 3`"))
+        memory = rank.get("memory", {})
+        if not memory.get("ok", False):
+            where = (f": {memory['bad_words']} bad word(s), the first at byte offset {memory['first_bad_offset']}"
+                     if memory.get("first_bad_offset") is not None else "")
+            findings.append(Finding("burnin.memory", "fail", _label(rank), "Memory pattern mismatch" + where,
+                                    memory, "Drain the GPU and run `dcgmi diag -r 3`"))
     if complete and not any(f.severity == "fail" for f in findings):
         rows = complete[0].get("allreduce", [])
         peak = max((r["busbw_gbs"] for r in rows), default=0.0)
@@ -88,6 +93,28 @@ def judge(run: RunResult) -> List[Finding]:
                                 {"peak_busbw_gbs": round(peak, 3),
                                  "median_step_ms": round(statistics.median(steps), 2) if steps else None}))
     return findings
+
+
+def _load_fell_short(rank: dict) -> bool:
+    """The training phase's power never came near the GPU's limit (and nothing capped it there)."""
+    gpu = rank.get("gpu") or {}
+    peak, limit = gpu.get("training_max_power_w"), gpu.get("power_limit_w")
+    if not gpu.get("training_samples") or not peak or not limit:
+        return False
+    capped = "sw_power_cap" in (gpu.get("training_reasons") or [])
+    return not capped and peak < LOAD_POWER_SHARE * limit
+
+
+def _load_reached(rank: dict) -> Finding:
+    gpu = rank["gpu"]
+    peak, limit = gpu["training_max_power_w"], gpu["power_limit_w"]
+    return Finding("burnin.load-low", "warn", _label(rank),
+                   f"The training load peaked at {peak:.0f} W of the GPU's {limit:.0f} W limit "
+                   f"({peak / limit:.0%}): the burn-in proved less than a full-power run",
+                   {"training_max_power_w": peak, "power_limit_w": limit, "samples": gpu["training_samples"],
+                    "reasons_seen": gpu.get("training_reasons"), "load": rank.get("load")},
+                   "Run longer (--duration), and check that nothing else held the GPU back: clocks locked low, "
+                   "an application-clock or power-limit setting, MIG, or a GPU that cannot reach its clocks")
 
 
 def _bandwidth(complete: List[dict]) -> List[Finding]:

@@ -1,8 +1,17 @@
 """One burn-in rank, started by torchrun. The only module of gpuprep that imports torch.
 
-Phases within the time budget: a DDP training loop (per-step compute time measured under
-`no_sync`, so a slow rank shows as itself and not as everyone's wait), an all-reduce sweep with
-nccl-tests' bandwidth definitions, and a memory pattern check. Results go to one JSON file per rank.
+Phases within the time budget: a DDP training loop on a GEMM-heavy stack sized to the GPU (load.py)
+so it runs near its power limit (per-step compute time measured under `no_sync`, so a slow rank shows
+as itself and not as everyone's wait), an all-reduce sweep with nccl-tests' bandwidth definitions, and
+a memory pattern check over most of the free memory. Results go to one JSON file per rank.
+
+CUDA calls, checked against torch 2.13's API: torch.cuda.set_device before init_process_group, which
+gets device_id (binds NCCL's communicator to this GPU eagerly; barriers need no device guess);
+get_device_properties -> name, major/minor, multi_processor_count, total_memory, uuid;
+is_bf16_supported(including_emulation=False) (the default True says yes on Volta/Turing, which only
+emulate bf16); mem_get_info(device) -> (free, total) after empty_cache() so the caching allocator's
+idle blocks count as free; torch.autocast(device_type="cuda", dtype=...); Generator(device=...) for
+the seeded pattern.
 """
 from __future__ import annotations
 
@@ -33,12 +42,15 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--max-mib", type=int, default=64)
+    parser.add_argument("--memory-mib", type=int, default=0, help="Memory check buffer (0 = sized from free memory).")
     parser.add_argument("--timeout", type=float, default=60)
     args = parser.parse_args()
 
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gpuprep.burnin.load import GpuProps, cpu_load, plan_load
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -47,33 +59,45 @@ def main() -> None:
     device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
     if use_cuda:
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, timeout=dt.timedelta(seconds=args.timeout))
+    dist.init_process_group(backend, timeout=dt.timedelta(seconds=args.timeout),
+                            device_id=device if use_cuda else None)
     if local_rank == 0:
         _write(os.path.join(args.out, "joined"), {"rank": rank, "world_size": world})
     slow, die = _test_hooks(rank)
     progress = (lambda phase, done: _write(os.path.join(args.out, "progress.json"),
                                            {"phase": phase, "done": round(done, 3)})) if local_rank == 0 else (lambda *a: None)
-    monitor = _GpuMonitor(local_rank) if use_cuda else None
     result = {"rank": rank, "world_size": world, "host": socket.gethostname(), "backend": backend,
               "device": str(device), "local_rank": local_rank}
+    monitor = None
     if use_cuda:
-        result["gpu_index"] = local_rank
-        result["gpu_name"] = torch.cuda.get_device_name(device)
         props = torch.cuda.get_device_properties(device)
-        result["pci_bus_id"] = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0" \
-            if hasattr(props, "pci_bus_id") else None
+        uuid = str(getattr(props, "uuid", "") or "") or None
+        monitor = _GpuMonitor(local_rank, uuid)
+        result.update(gpu_index=local_rank, gpu_name=props.name, gpu_uuid=uuid,
+                      pci_bus_id=(monitor.before or {}).get("pci_bus_id"))
+        plan = plan_load(GpuProps(name=props.name, sm_count=props.multi_processor_count,
+                                  memory_bytes=props.total_memory, capability=(props.major, props.minor),
+                                  max_sm_clock_mhz=(monitor.before or {}).get("max_sm_clock_mhz")))
+        bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+        autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16 if bf16 else torch.float16)
+    else:
+        plan = cpu_load()
+        autocast = torch.autocast(device_type="cpu", enabled=False)
+    result["load"] = plan.to_dict()
 
     deadline_train = time.monotonic() + args.duration * 0.5
     torch.manual_seed(1234)
-    width = 1024 if use_cuda else 256
-    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width)).to(device)
+    layers = []
+    for _ in range(plan.layers):
+        layers += [torch.nn.Linear(plan.width, plan.width, bias=False), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers[:-1]).to(device)
     ddp = DDP(model, device_ids=[local_rank] if use_cuda else None)
     optimiser = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    batch = torch.randn(64, width, device=device)
-    autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if use_cuda and torch.cuda.is_bf16_supported() \
-        else torch.autocast(device_type="cpu", enabled=False)
+    batch = torch.randn(plan.batch, plan.width, device=device)
     compute_ms, step_ms = [], []
     steps = 0
+    if monitor is not None:
+        monitor.phase("training")
     while True:
         # every rank must agree on the step count, so the deadline is decided collectively
         go = torch.tensor([1.0 if time.monotonic() < deadline_train else 0.0], device=device)
@@ -104,6 +128,10 @@ def main() -> None:
         steps += 1
         if die and steps == 3:
             os._exit(17)
+    if monitor is not None:
+        monitor.phase("collectives")
+    # the load's memory goes back to the GPU before the memory check sizes itself from what is free
+    del ddp, model, optimiser, batch, loss, layers
     result["steps"] = steps
     result["compute_ms"] = [round(v, 3) for v in compute_ms]
     result["step_ms"] = [round(v, 3) for v in step_ms]
@@ -114,7 +142,9 @@ def main() -> None:
     progress("all-gather / reduce-scatter", 0.0)
     result["collectives"] = _other_collectives(torch, dist, device, world, args.max_mib, use_cuda)
     progress("memory check", 0.0)
-    result["memory"] = _memory_check(torch, device, use_cuda)
+    if monitor is not None:
+        monitor.phase("memory")
+    result["memory"] = run_memory_check(torch, device, use_cuda, args.memory_mib << 20)
     if monitor is not None:
         result["gpu"] = monitor.finish()
     progress("done", 1.0)
@@ -131,33 +161,44 @@ def _write(path, data):
 
 
 class _GpuMonitor:
-    """NVML samples of this rank's GPU during the run (clocks, temperature, power, throttle reasons)
-    and its ECC counters before and after, through gpuprep's one NVML module."""
+    """NVML samples of this rank's GPU during the run (clocks, temperature, power against the limit,
+    throttle reasons), tagged with the phase they fall in, and its ECC counters before and after,
+    through gpuprep's one NVML module. The GPU is found by its UUID (CUDA's and NVML's index orders
+    may differ)."""
 
-    def __init__(self, index):
+    def __init__(self, index, uuid=None):
         import threading
         from gpuprep.probe.nvml import sample
-        self._sample, self._index = sample, index
-        self.before = sample(index)
+        self._read = lambda: sample(index, uuid=uuid)
+        self.before = self._read()
         self.samples = []
+        self._phase = "setup"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def phase(self, name):
+        self._phase = name
+
     def _run(self):
         while not self._stop.wait(1.0):
-            reading = self._sample(self._index)
+            reading = self._read()
             if reading:
-                self.samples.append(reading)
+                self.samples.append(dict(reading, phase=self._phase))
 
     def finish(self):
         self._stop.set()
         self._thread.join(timeout=5)
-        after = self._sample(self._index) or {}
+        after = self._read() or {}
+        training = [s for s in self.samples if s["phase"] == "training"]
         reasons = sorted({r for s in self.samples for r in s.get("clock_event_reasons") or []})
         return {"before": self.before, "after": after, "samples": len(self.samples), "reasons_seen": reasons,
                 "max_temperature_c": max((s.get("temperature_c") or 0 for s in self.samples), default=None),
                 "max_power_w": max((s.get("power_draw_w") or 0 for s in self.samples), default=None),
+                "training_samples": len(training),
+                "training_max_power_w": max((s.get("power_draw_w") or 0 for s in training), default=None),
+                "training_reasons": sorted({r for s in training for r in s.get("clock_event_reasons") or []}),
+                "power_limit_w": (self.before or {}).get("power_limit_w"),
                 "min_sm_clock_mhz": min((s.get("clock_sm_mhz") or 0 for s in self.samples), default=None)}
 
 
@@ -226,18 +267,84 @@ def _timed(run, iterations, sync, dist):
     return (time.perf_counter() - start) / iterations
 
 
-def _memory_check(torch, device, use_cuda):
-    if use_cuda:
-        free, _ = torch.cuda.mem_get_info(device)
-        elements = int(free * 0.8) // 4
+MEMORY_PATTERNS = ("zeros", "ones", "walking_ones", "address", "random")
+
+
+def run_memory_check(torch, device, use_cuda, requested_bytes=0):
+    """The memory check at its size: what was asked, or (GPU) 90% of free less a margin, (CPU) 64 MiB."""
+    from gpuprep.burnin.load import CPU_MEMORY_BYTES, MEMORY_CHUNK, memory_check_bytes
+    if requested_bytes:
+        size = requested_bytes
+    elif use_cuda:
+        torch.cuda.empty_cache()
+        free, _total = torch.cuda.mem_get_info(device)
+        size = memory_check_bytes(free)
     else:
-        elements = 16 << 20       # 64 MiB of host memory per rank is enough to exercise the path
-    pattern = torch.arange(elements, dtype=torch.int32, device=device) ^ 0x5A5A5A5A
-    expected_sum = int(pattern.to(torch.int64).sum().item())
-    again = int((torch.arange(elements, dtype=torch.int32, device=device) ^ 0x5A5A5A5A).to(torch.int64).sum().item())
-    ok = bool(torch.equal(pattern, torch.arange(elements, dtype=torch.int32, device=device) ^ 0x5A5A5A5A)) \
-        and expected_sum == again
-    return {"bytes": elements * 4, "ok": ok}
+        size = CPU_MEMORY_BYTES
+    flip = os.environ.get("GPUPREP_BURNIN_TEST_FLIP_WORD")      # test-only: corrupt one word after writing
+    after_write = None
+    if flip is not None:
+        def after_write(pattern, buf):
+            if pattern == "random":
+                buf[int(flip)] ^= 1
+    sync = torch.cuda.synchronize if use_cuda else (lambda: None)
+    return memory_check(torch, device, size, min(MEMORY_CHUNK, size) or MEMORY_CHUNK, after_write=after_write,
+                        sync=sync)
+
+
+def memory_check(torch, device, buffer_bytes, chunk_bytes, seed=0x5EED, after_write=None, sync=lambda: None):
+    """Fill one buffer with each pattern, then verify it in place, chunk by chunk; report the bad words.
+
+    Peak extra memory: the buffer plus one chunk. Each chunk's expected words are generated into one
+    scratch chunk, XORed in place with what memory holds, and the differing words counted there, so no
+    operation allocates a full-size temporary. Patterns: all zeros, all ones, walking ones (1 << i%32),
+    each word's own index (its address), and a seeded pseudo-random sequence."""
+    start = time.perf_counter()
+    chunk = max(32, chunk_bytes // 4 // 32 * 32)            # int32 words, a multiple of the walking-ones period
+    words = buffer_bytes // 4 // chunk * chunk
+    if words == 0:
+        return {"bytes": 0, "ok": True, "skipped": "no memory left to check"}
+    buf = torch.empty(words, dtype=torch.int32, device=device)
+    scratch = torch.empty(chunk, dtype=torch.int32, device=device)
+    walking = torch.tensor([(1 << i) - (1 << 32 if i == 31 else 0) for i in range(32)], dtype=torch.int32,
+                           device=device)
+    generator = torch.Generator(device=device)
+
+    def expected(pattern, lo):
+        if pattern in ("zeros", "ones"):
+            scratch.fill_(0 if pattern == "zeros" else -1)
+        elif pattern == "walking_ones":
+            scratch.view(-1, 32).copy_(walking.expand(chunk // 32, 32))
+        elif pattern == "address":
+            torch.arange(chunk, out=scratch)
+            scratch.add_(lo % (1 << 30))                    # < 2**31: no int32 overflow
+        else:
+            generator.manual_seed(seed + lo // chunk)
+            scratch.random_(generator=generator)
+        return scratch
+
+    rows = []
+    for pattern in MEMORY_PATTERNS:
+        for lo in range(0, words, chunk):
+            buf[lo:lo + chunk].copy_(expected(pattern, lo))
+        sync()
+        if after_write is not None:
+            after_write(pattern, buf)
+        bad, first = 0, None
+        for lo in range(0, words, chunk):
+            diff = expected(pattern, lo).bitwise_xor_(buf[lo:lo + chunk]).ne_(0)
+            count = int(diff.sum(dtype=torch.int32).item())     # a plain sum() casts to an int64 copy
+            if count:
+                bad += count
+                if first is None:
+                    first = lo + int(torch.argmax(diff).item())
+        rows.append({"pattern": pattern, "bad_words": bad, "first_bad_word": first})
+    del buf, scratch
+    failing = [r for r in rows if r["bad_words"]]
+    return {"bytes": words * 4, "chunk_bytes": chunk * 4, "ok": not failing, "patterns": rows,
+            "bad_words": sum(r["bad_words"] for r in rows),
+            "first_bad_offset": failing[0]["first_bad_word"] * 4 if failing else None,
+            "seconds": round(time.perf_counter() - start, 3)}
 
 
 if __name__ == "__main__":

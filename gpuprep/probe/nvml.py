@@ -242,8 +242,9 @@ def _text(value: Any) -> Optional[str]:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def sample(index: int, nvml: Any = None) -> Optional[dict]:
-    """One light reading of GPU `index` during a burn-in: clocks, temperature, power, throttle
+def sample(index: int, nvml: Any = None, uuid: Optional[str] = None) -> Optional[dict]:
+    """One light reading of GPU `index` (or the GPU with this UUID, which CUDA and NVML agree on when
+    their index orders differ) during a burn-in: clocks, temperature, power against its limit, throttle
     reasons and ECC counters. None when NVML is unavailable."""
     nvml = nvml if nvml is not None else load_library()
     if nvml is None:
@@ -254,16 +255,24 @@ def sample(index: int, nvml: Any = None) -> Optional[dict]:
         return None
     try:
         ask = _Asker(nvml)
-        h = ask(getattr(nvml, "nvmlDeviceGetHandleByIndex", None), index)
+        if uuid:
+            h = ask(getattr(nvml, "nvmlDeviceGetHandleByUUID", None), uuid if uuid.startswith(("GPU-", "MIG-"))
+                    else "GPU-" + uuid)
+        else:
+            h = ask(getattr(nvml, "nvmlDeviceGetHandleByIndex", None), index)
         if h is None:
             return None
         reasons = ask(getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None), h)
         if reasons is None:
             reasons = ask(getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None), h)
+        pci = ask(getattr(nvml, "nvmlDeviceGetPciInfo", None), h)
         return {
+            "pci_bus_id": _text(pci.busId) if pci is not None else None,
             "clock_sm_mhz": ask(getattr(nvml, "nvmlDeviceGetClockInfo", None), h, nvml.NVML_CLOCK_SM),
             "temperature_c": ask(getattr(nvml, "nvmlDeviceGetTemperature", None), h, nvml.NVML_TEMPERATURE_GPU),
             "power_draw_w": _watts(ask(getattr(nvml, "nvmlDeviceGetPowerUsage", None), h)),
+            "power_limit_w": _watts(ask(getattr(nvml, "nvmlDeviceGetEnforcedPowerLimit", None), h)),
+            "max_sm_clock_mhz": ask(getattr(nvml, "nvmlDeviceGetMaxClockInfo", None), h, nvml.NVML_CLOCK_SM),
             "clock_event_reasons": None if reasons is None else [n for bit, n in _REASON_BITS if reasons & bit],
             "ecc_volatile_uncorrected": ask(getattr(nvml, "nvmlDeviceGetTotalEccErrors", None), h,
                                             nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC),
