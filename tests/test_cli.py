@@ -145,4 +145,6 @@ def test_nccl_env_for_a_snapshot():
     done = run_cli("nccl-env", "--from", corpus("asus-esc8000a-e12-4x-rtx6000ada.lscpu.txt"),
                    "--from", corpus("asus-esc8000a-e12-4x-rtx6000ada.nvidia-smi.txt"), "--default-interface", "eno1")
     assert done.returncode == 0
-    assert "NCCL_SOCKET_IFNAME==eno1" in done.stdout and "OMP_NUM_THREADS=16" in done.stdout
+    # the lscpu capture: 2 sockets x 32 cores, no SMT; 4 GPUs -> 16 threads each; no RDMA device recorded
+    assert done.stdout.splitlines()[2:] == ['MKL_NUM_THREADS="16"', 'NCCL_IB_DISABLE="1"',
+                                            'NCCL_SOCKET_IFNAME="=eno1"', 'OMP_NUM_THREADS="16"']

@@ -1,302 +1,27 @@
-"""`nvidia-smi -q` (text, also `-a` and `-q -d SECTION`) and `nvidia-smi -q -x` (XML) importers.
-
-Both formats are read into the same nested-dict shape and then mapped field by field through one
-table that names, for every snapshot field, where the text report and the XML report keep it.
-"""
+"""`nvidia-smi -q` (text, also `-a` and `-q -d SECTION`) and `nvidia-smi -q -x` (XML) importers: the
+parsing is gpuprep's one nvidia-smi parser (module_utils/gpuprep_nvsmi.py, shared with the roles' facts
+module); this module only turns its fields into the snapshot's GPUs."""
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional
 
 from ..errors import BadInput
+from ..module_utils import gpuprep_nvsmi as nvsmi
 from ..snapshot import ClockPair, Gpu, NvmlStatus, Snapshot
-from . import values as v
-
-Tree = Dict[str, object]
-
-# --- text: indentation tree ------------------------------------------------------------
-
-_GPU_HEADER = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
-_KEY_VALUE = re.compile(r"^(\s*)(\S.*?)\s+:(?:\s(.*)|\s*)$")
 
 
-def _indent(line: str) -> int:
-    expanded = line.expandtabs(8)
-    return len(expanded) - len(expanded.lstrip(" "))
-
-
-def parse_text_tree(lines: Sequence[str]) -> Tree:
-    """Nested dict of an indented 'Key : Value' report. A key with children maps to a dict
-    (its own value, if any, under ''); a repeated key keeps its first occurrence."""
-    root: dict = {"children": []}
-    stack: List[Tuple[int, dict]] = [(-1, root)]
-    for raw in lines:
-        if not raw.strip():
-            continue
-        line = raw.rstrip()
-        depth = _indent(line)
-        while stack[-1][0] >= depth:
-            stack.pop()
-        match = _KEY_VALUE.match(line)
-        if match:
-            node = {"key": match.group(2).strip(), "value": (match.group(3) or "").strip(), "children": []}
-        else:
-            node = {"key": line.strip(), "value": None, "children": []}
-        stack[-1][1]["children"].append(node)
-        stack.append((depth, node))
-    return _as_tree(root["children"])
-
-
-def _as_tree(nodes: List[dict]) -> Tree:
-    out: Tree = {}
-    for node in nodes:
-        if node["key"] in out:
-            continue
-        if node["children"]:
-            sub = _as_tree(node["children"])
-            if node["value"]:
-                sub[""] = node["value"]
-            out[node["key"]] = sub
-        else:
-            out[node["key"]] = node["value"] if node["value"] is not None else {}
-    return out
-
-
-def split_text_gpus(text: str) -> Tuple[Tree, List[Tuple[str, Tree]]]:
-    """The report's top-level fields and one (bus id, tree) per 'GPU xxxx:xx:xx.x' block."""
-    header_lines: List[str] = []
-    blocks: List[Tuple[str, List[str]]] = []
-    for line in text.splitlines():
-        match = _GPU_HEADER.match(line.rstrip())
-        if match:
-            blocks.append((match.group(1), []))
-        elif blocks:
-            blocks[-1][1].append(line)
-        elif not line.startswith("="):
-            header_lines.append(line)
-    return (parse_text_tree(header_lines),
-            [(bus, parse_text_tree(block)) for bus, block in blocks])
-
-
-# --- XML: element tree -> dict ----------------------------------------------------------
-
-def _xml_to_tree(element) -> Tree:
-    out: Tree = {}
-    for child in element:
-        if len(child):
-            out.setdefault(child.tag, _xml_to_tree(child))
-        else:
-            out.setdefault(child.tag, (child.text or "").strip())
-    return out
-
-
-# --- the field table ----------------------------------------------------------------------
-
-Path = Tuple[str, ...]
-
-
-def _get(tree: Tree, path: Path) -> Optional[str]:
-    node: object = tree
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    if isinstance(node, dict):
-        node = node.get("")
-    return node if isinstance(node, str) else None
-
-
-def _width(value: Optional[str]) -> Optional[int]:
-    text = v.known(value)
-    return v.integer(text.rstrip("x")) if text else None
-
-
-def _compute_mode(value: Optional[str]) -> Optional[str]:
-    text = v.known(value)
-    return text.replace(" ", "_").replace("_Process", "_Process") if text else None
-
-
-# field, converter, text paths, xml paths
-FIELDS: List[Tuple[str, Callable, List[Path], List[Path]]] = [
-    ("name", v.known, [("Product Name",)], [("product_name",)]),
-    ("architecture", v.known, [("Product Architecture",)], [("product_architecture",)]),
-    ("uuid", v.known, [("GPU UUID",)], [("uuid",)]),
-    ("serial", v.known, [("Serial Number",)], [("serial",)]),
-    ("vbios_version", v.known, [("VBIOS Version",)], [("vbios_version",)]),
-    ("pci_bus_id", v.known, [("PCI", "Bus Id")], [("pci", "pci_bus_id")]),
-    ("memory_total_mib", v.integer, [("FB Memory Usage", "Total")], [("fb_memory_usage", "total")]),
-    ("persistence_mode", v.flag, [("Persistence Mode",)], [("persistence_mode",)]),
-    ("compute_mode", v.known, [("Compute Mode",)], [("compute_mode",)]),
-    ("mig_mode_current", v.flag, [("MIG Mode", "Current")], [("mig_mode", "current_mig")]),
-    ("mig_mode_pending", v.flag, [("MIG Mode", "Pending")], [("mig_mode", "pending_mig")]),
-    ("clock_graphics_mhz", v.integer, [("Clocks", "Graphics")], [("clocks", "graphics_clock")]),
-    ("clock_sm_mhz", v.integer, [("Clocks", "SM")], [("clocks", "sm_clock")]),
-    ("clock_mem_mhz", v.integer, [("Clocks", "Memory")], [("clocks", "mem_clock")]),
-    ("app_clock_graphics_mhz", v.integer, [("Applications Clocks", "Graphics")],
-     [("applications_clocks", "graphics_clock")]),
-    ("app_clock_mem_mhz", v.integer, [("Applications Clocks", "Memory")],
-     [("applications_clocks", "mem_clock")]),
-    ("default_app_clock_graphics_mhz", v.integer, [("Default Applications Clocks", "Graphics")],
-     [("default_applications_clocks", "graphics_clock")]),
-    ("default_app_clock_mem_mhz", v.integer, [("Default Applications Clocks", "Memory")],
-     [("default_applications_clocks", "mem_clock")]),
-    ("max_clock_graphics_mhz", v.integer, [("Max Clocks", "Graphics")], [("max_clocks", "graphics_clock")]),
-    ("max_clock_sm_mhz", v.integer, [("Max Clocks", "SM")], [("max_clocks", "sm_clock")]),
-    ("max_clock_mem_mhz", v.integer, [("Max Clocks", "Memory")], [("max_clocks", "mem_clock")]),
-    ("power_draw_w", v.number,
-     [("GPU Power Readings", "Power Draw"), ("Power Readings", "Power Draw")],
-     [("gpu_power_readings", "power_draw"), ("power_readings", "power_draw")]),
-    ("power_limit_w", v.number,
-     [("GPU Power Readings", "Current Power Limit"), ("Power Readings", "Power Limit")],
-     [("gpu_power_readings", "current_power_limit"), ("power_readings", "power_limit")]),
-    ("power_default_limit_w", v.number,
-     [("GPU Power Readings", "Default Power Limit"), ("Power Readings", "Default Power Limit")],
-     [("gpu_power_readings", "default_power_limit"), ("power_readings", "default_power_limit")]),
-    ("power_enforced_limit_w", v.number,
-     [("GPU Power Readings", "Current Power Limit"), ("Power Readings", "Enforced Power Limit")],
-     [("gpu_power_readings", "current_power_limit"), ("power_readings", "enforced_power_limit")]),
-    ("power_min_limit_w", v.number,
-     [("GPU Power Readings", "Min Power Limit"), ("Power Readings", "Min Power Limit")],
-     [("gpu_power_readings", "min_power_limit"), ("power_readings", "min_power_limit")]),
-    ("power_max_limit_w", v.number,
-     [("GPU Power Readings", "Max Power Limit"), ("Power Readings", "Max Power Limit")],
-     [("gpu_power_readings", "max_power_limit"), ("power_readings", "max_power_limit")]),
-    ("temperature_c", v.integer, [("Temperature", "GPU Current Temp")], [("temperature", "gpu_temp")]),
-    ("temperature_slowdown_c", v.integer, [("Temperature", "GPU Slowdown Temp")],
-     [("temperature", "gpu_temp_slow_threshold")]),
-    ("temperature_shutdown_c", v.integer, [("Temperature", "GPU Shutdown Temp")],
-     [("temperature", "gpu_temp_max_threshold")]),
-    ("temperature_max_operating_c", v.integer, [("Temperature", "GPU Max Operating Temp")],
-     [("temperature", "gpu_temp_max_gpu_threshold")]),
-    ("memory_temperature_c", v.integer, [("Temperature", "Memory Current Temp")],
-     [("temperature", "memory_temp")]),
-    ("ecc_mode_current", v.flag, [("ECC Mode", "Current")], [("ecc_mode", "current_ecc")]),
-    ("ecc_mode_pending", v.flag, [("ECC Mode", "Pending")], [("ecc_mode", "pending_ecc")]),
-    ("retired_pages_single_bit", v.integer, [("Retired Pages", "Single Bit ECC")],
-     [("retired_pages", "multiple_single_bit_retirement", "retired_count")]),
-    ("retired_pages_double_bit", v.integer, [("Retired Pages", "Double Bit ECC")],
-     [("retired_pages", "double_bit_retirement", "retired_count")]),
-    ("retired_pages_pending", v.flag, [("Retired Pages", "Pending Page Blacklist"), ("Retired Pages", "Pending")],
-     [("retired_pages", "pending_blacklist"), ("retired_pages", "pending_retirement")]),
-    ("remapped_rows_correctable", v.integer, [("Remapped Rows", "Correctable Error")],
-     [("remapped_rows", "remapped_row_corr")]),
-    ("remapped_rows_uncorrectable", v.integer, [("Remapped Rows", "Uncorrectable Error")],
-     [("remapped_rows", "remapped_row_unc")]),
-    ("remapped_rows_pending", v.flag, [("Remapped Rows", "Pending")], [("remapped_rows", "remapped_row_pending")]),
-    ("remapped_rows_failure", v.flag, [("Remapped Rows", "Remapping Failure Occurred")],
-     [("remapped_rows", "remapped_row_failure")]),
-    ("pcie_gen_current", v.integer, [("PCI", "GPU Link Info", "PCIe Generation", "Current")],
-     [("pci", "pci_gpu_link_info", "pcie_gen", "current_link_gen")]),
-    ("pcie_gen_max", v.integer, [("PCI", "GPU Link Info", "PCIe Generation", "Max")],
-     [("pci", "pci_gpu_link_info", "pcie_gen", "max_link_gen")]),
-    ("pcie_gen_device_max", v.integer, [("PCI", "GPU Link Info", "PCIe Generation", "Device Max")],
-     [("pci", "pci_gpu_link_info", "pcie_gen", "max_device_link_gen")]),
-    ("pcie_gen_host_max", v.integer, [("PCI", "GPU Link Info", "PCIe Generation", "Host Max")],
-     [("pci", "pci_gpu_link_info", "pcie_gen", "max_host_link_gen")]),
-    ("pcie_width_current", _width, [("PCI", "GPU Link Info", "Link Width", "Current")],
-     [("pci", "pci_gpu_link_info", "link_widths", "current_link_width")]),
-    ("pcie_width_max", _width, [("PCI", "GPU Link Info", "Link Width", "Max")],
-     [("pci", "pci_gpu_link_info", "link_widths", "max_link_width")]),
-]
-
-_REASON_NAMES = {
-    "idle": "gpu_idle", "gpu_idle": "gpu_idle",
-    "applications clocks setting": "applications_clocks_setting",
-    "sw power cap": "sw_power_cap", "hw slowdown": "hw_slowdown",
-    "hw thermal slowdown": "hw_thermal_slowdown", "hw power brake slowdown": "hw_power_brake_slowdown",
-    "sync boost": "sync_boost", "sw thermal slowdown": "sw_thermal_slowdown",
-    "display clock setting": "display_clocks_setting",
-}
-
-
-def _leaves(tree: object, prefix: Tuple[str, ...] = ()) -> List[Tuple[Tuple[str, ...], str]]:
-    if isinstance(tree, dict):
-        out = []
-        for key, val in tree.items():
-            if key == "":
-                out.append((prefix, val))
-            else:
-                out.extend(_leaves(val, prefix + (key,)))
-        return out
-    return [(prefix, tree)] if isinstance(tree, str) else []
-
-
-def _clock_event_reasons(tree: Tree, xml: bool) -> Optional[List[str]]:
-    section = None
-    for key in (("clocks_event_reasons", "clocks_throttle_reasons") if xml
-                else ("Clocks Event Reasons", "Clocks Throttle Reasons")):
-        if key in tree:
-            section = tree[key]
-            break
-    if not isinstance(section, dict):
-        return None
-    active: List[str] = []
-    seen = False
-    for path, value in _leaves(section):
-        raw = path[-1]
-        if xml:
-            name = re.sub(r"^clocks_(event|throttle)_reason_", "", raw)
-        else:
-            name = _REASON_NAMES.get(raw.lower())
-        state = v.flag(value)
-        if name is None or state is None:
-            continue
-        seen = True
-        if state:
-            active.append(name)
-    return active if seen else None
-
-
-def _ecc_counts(tree: Tree, xml: bool, scope: str) -> Tuple[Optional[int], Optional[int]]:
-    """(corrected, uncorrected) over every memory in one scope (volatile or aggregate)."""
-    errors = tree.get("ecc_errors" if xml else "ECC Errors")
-    if not isinstance(errors, dict):
-        return None, None
-    section = errors.get(scope if xml else scope.capitalize())
-    if not isinstance(section, dict):
-        return None, None
-    corrected = uncorrected = None
-    for path, value in _leaves(section):
-        words = " ".join(path).lower().replace("_", " ")
-        count = v.integer(value)
-        if count is None or "threshold" in words:
-            continue
-        if "single bit" in words or "double bit" in words:
-            if path[-1].lower() != "total":      # pre-Ampere: only the per-kind totals count
-                continue
-            is_uncorrected = "double bit" in words
-        elif "uncorrectable" in words:
-            is_uncorrected = True
-        elif "correctable" in words:
-            is_uncorrected = False
-        else:
-            continue
-        if is_uncorrected:
-            uncorrected = (uncorrected or 0) + count
-        else:
-            corrected = (corrected or 0) + count
-    return corrected, uncorrected
-
-
-def gpu_from_tree(index: int, bus_id: Optional[str], tree: Tree, xml: bool) -> Gpu:
+def gpu_from_fields(index: int, bus_id: Optional[str], fields: Dict[str, object]) -> Gpu:
     gpu = Gpu(index=index, pci_bus_id=bus_id)
-    for name, convert, text_paths, xml_paths in FIELDS:
-        for path in (xml_paths if xml else text_paths):
-            raw = _get(tree, path)
-            if raw is not None:
-                value = convert(raw)
-                if value is not None:
-                    setattr(gpu, name, value)
-                    break
+    for name, value in fields.items():
+        if name == "supported_clocks":
+            value = [ClockPair(mem_mhz=p["memory"], graphics_mhz=p["graphics"]) for p in value] if value else None
+        if value is not None:
+            setattr(gpu, name, value)
     if gpu.pci_bus_id is None:
         gpu.pci_bus_id = bus_id
-    gpu.clock_event_reasons = _clock_event_reasons(tree, xml)
-    gpu.ecc_volatile_corrected, gpu.ecc_volatile_uncorrected = _ecc_counts(tree, xml, "volatile")
-    gpu.ecc_aggregate_corrected, gpu.ecc_aggregate_uncorrected = _ecc_counts(tree, xml, "aggregate")
     return gpu
 
-
-# --- entry points -----------------------------------------------------------------------------
 
 def looks_like_text(text: str) -> bool:
     head = text[:4000]
@@ -310,30 +35,28 @@ def looks_like_xml(text: str) -> bool:
 
 
 def import_text(text: str, origin: str) -> Snapshot:
-    header, blocks = split_text_gpus(text)
+    header, blocks = nvsmi.parse_text(text)
     snap = Snapshot(sources=[origin])
-    snap.software.driver_version = v.known(_get(header, ("Driver Version",)))
-    snap.software.cuda_driver_version = v.known(_get(header, ("CUDA Version",)))
-    gpus = [gpu_from_tree(i, bus, tree, xml=False) for i, (bus, tree) in enumerate(blocks)]
-    snap.gpus = gpus
-    if gpus or snap.software.driver_version:
+    snap.software.driver_version = header["driver_version"]
+    snap.software.cuda_driver_version = header["cuda_version"]
+    snap.gpus = [gpu_from_fields(i, bus, fields) for i, (bus, fields) in enumerate(blocks)]
+    if snap.gpus or snap.software.driver_version:
         snap.nvml = NvmlStatus(available=True)
     return snap
 
 
 def import_xml(text: str, origin: str) -> Snapshot:
-    import xml.etree.ElementTree as ET   # only XML captures pay for it
+    import xml.etree.ElementTree as ET
     try:
-        root = ET.fromstring(re.sub(r"<!DOCTYPE[^>]*>", "", text, count=1))
+        header, entries = nvsmi.parse_xml(text)
     except ET.ParseError as exc:
         raise BadInput(f"{origin}: malformed nvidia-smi XML ({exc})") from None
     snap = Snapshot(sources=[origin])
-    snap.software.driver_version = v.known(root.findtext("driver_version"))
-    snap.software.cuda_driver_version = v.known(root.findtext("cuda_version"))
+    snap.software.driver_version = header["driver_version"]
+    snap.software.cuda_driver_version = header["cuda_version"]
     gpus: List[Gpu] = []
-    for index, element in enumerate(root.findall("gpu")):
-        gpu = gpu_from_tree(index, element.get("id"), _xml_to_tree(element), xml=True)
-        gpu.supported_clocks = _xml_supported_clocks(element)
+    for index, (bus, fields, element) in enumerate(entries):
+        gpu = gpu_from_fields(index, bus, fields)
         mig = element.find("mig_devices")
         if mig is not None and gpu.mig_mode_current:
             gpu.mig_devices = len(mig.findall("mig_device"))
@@ -341,18 +64,3 @@ def import_xml(text: str, origin: str) -> Snapshot:
     snap.gpus = gpus
     snap.nvml = NvmlStatus(available=True)
     return snap
-
-
-def _xml_supported_clocks(element) -> Optional[List[ClockPair]]:
-    section = element.find("supported_clocks")
-    if section is None:
-        return None
-    pairs = []
-    for mem in section.findall("supported_mem_clock"):
-        mem_mhz = v.integer(mem.findtext("value"))
-        if mem_mhz is None:
-            continue
-        graphics = [g for g in (v.integer(e.text) for e in mem.findall("supported_graphics_clock"))
-                    if g is not None]
-        pairs.append(ClockPair(mem_mhz=mem_mhz, graphics_mhz=graphics))
-    return pairs or None

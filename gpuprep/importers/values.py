@@ -4,44 +4,8 @@ from __future__ import annotations
 import re
 from typing import Iterable, List, Optional
 
-_UNKNOWN = {"", "n/a", "[n/a]", "unknown", "unknown error", "not supported", "[not supported]",
-            "[unknown error]", "requested functionality has been deprecated", "insufficient permissions",
-            "[insufficient permissions]", "gpu is lost", "[gpu is lost]"}
-
-_NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
-
-
-def known(value: Optional[str]) -> Optional[str]:
-    if value is None:
-        return None
-    text = value.strip()
-    return None if text.lower() in _UNKNOWN else text
-
-
-def number(value: Optional[str]) -> Optional[float]:
-    text = known(value)
-    if text is None:
-        return None
-    match = _NUMBER.match(text)
-    return float(match.group(1)) if match else None
-
-
-def integer(value: Optional[str]) -> Optional[int]:
-    num = number(value)
-    return None if num is None else int(num)
-
-
-def flag(value: Optional[str]) -> Optional[bool]:
-    """Enabled/Disabled, On/Off, Yes/No, Active/Not Active."""
-    text = known(value)
-    if text is None:
-        return None
-    low = text.lower()
-    if low in ("enabled", "on", "yes", "active", "true", "1"):
-        return True
-    if low in ("disabled", "off", "no", "not active", "false", "0", "none"):
-        return False
-    return None
+# one implementation of nvidia-smi's value conventions, shared with the roles' modules
+from ..module_utils.gpuprep_nvsmi import flag, integer, known, number  # noqa: F401  (re-exported)
 
 
 def compress_cpulist(cpus: Iterable[int]) -> str:
