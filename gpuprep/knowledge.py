@@ -2,13 +2,13 @@
 Loaded lazily and once; nothing here decides a verdict."""
 from __future__ import annotations
 
-import csv
 import functools
-import io
+import os
 import re
 from dataclasses import dataclass
-import os
 from typing import Dict, List, Optional, Tuple
+
+from .module_utils.gpuprep_gputable import model_row, read_table
 
 
 # plain files next to the code (wheel and source checkout alike); importlib.resources costs ~10 ms of start-up
@@ -17,9 +17,7 @@ _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 def _rows(name: str) -> List[Dict[str, str]]:
     with open(os.path.join(_DATA, name), encoding="utf-8") as fh:
-        text = fh.read()
-    body = "\n".join(line for line in text.splitlines() if line.strip() and not line.startswith("#"))
-    return list(csv.DictReader(io.StringIO(body)))
+        return read_table(fh.read())
 
 
 def version_key(text: str) -> Tuple[int, ...]:
@@ -77,12 +75,7 @@ def gpu_models() -> List[Dict[str, str]]:
 
 
 def gpu_model(name: Optional[str]) -> Optional[Dict[str, str]]:
-    if not name:
-        return None
-    for row in gpu_models():
-        if re.search(row["name_regex"], name):
-            return row
-    return None
+    return model_row(gpu_models(), name)
 
 
 @functools.lru_cache(maxsize=None)

@@ -3,6 +3,7 @@
 the requested values, or fail with the supported list before anything on the host changes.
 Also names the GPUs that do not run their plan now (`drifted`), so the role re-applies it."""
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuprep_gputable import clock_locks, read_table
 
 DOCUMENTATION = r"""
 module: gpuprep_clock_plan
@@ -13,10 +14,11 @@ options:
   memory_mhz: {type: int}
   by_model: {type: dict, default: {}}
   power_limit_w: {type: float}
+  gpu_table: {type: str, required: true, description: "gpuprep/data/gpus.csv: which GPUs support locked clocks"}
 """
 
 
-def plan_gpu(gpu, request, power):
+def plan_gpu(gpu, request, power, table):
     pairs = gpu.get("supported_clocks") or []
     supported = {p["memory"]: sorted(p["graphics"]) for p in pairs if p.get("memory")}
     memory = request.get("memory") or (max(supported) if supported else gpu.get("max_memory"))
@@ -35,15 +37,15 @@ def plan_gpu(gpu, request, power):
             not gpu["power_min"] <= power <= gpu["power_max"]:
         return None, (f"GPU {gpu['index']} ({gpu.get('name')}): power limit {power} W outside "
                       f"{gpu['power_min']}..{gpu['power_max']} W")
-    if gpu.get("locked_clocks"):
+    locked, locked_memory = clock_locks(table, gpu.get("name"), gpu.get("architecture"))
+    if locked:
         method = "locked"
-    elif gpu.get("app_clocks"):
+    elif gpu.get("app_graphics") is not None:
         method = "app"
     else:
         method = "none"
     return {"index": gpu["index"], "name": gpu.get("name"), "method": method, "graphics": graphics,
-            "memory": memory, "lock_memory": bool(gpu.get("locked_memory_clocks")) and method == "locked",
-            "power": power}, None
+            "memory": memory, "lock_memory": locked_memory and method == "locked", "power": power}, None
 
 
 def main():
@@ -51,14 +53,16 @@ def main():
         "gpus": {"type": "list", "elements": "dict", "required": True},
         "graphics_mhz": {"type": "int"}, "memory_mhz": {"type": "int"},
         "by_model": {"type": "dict", "default": {}}, "power_limit_w": {"type": "float"},
+        "gpu_table": {"type": "str", "required": True},
     }, supports_check_mode=True)
+    table = read_table(module.params["gpu_table"])
     plans, errors = [], []
     for gpu in module.params["gpus"]:
         model = module.params["by_model"].get(gpu.get("name"), {}) or {}
         request = {"graphics": model.get("graphics_mhz", module.params["graphics_mhz"]),
                    "memory": model.get("memory_mhz", module.params["memory_mhz"])}
         power = model.get("power_limit_w", module.params["power_limit_w"])
-        plan, error = plan_gpu(gpu, request, power)
+        plan, error = plan_gpu(gpu, request, power, table)
         if error:
             errors.append(error)
         else:
