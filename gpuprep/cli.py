@@ -269,12 +269,11 @@ def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_
     if inventory:
         from .burnin.fleet import run_fleet
         run = run_fleet(inventory, seconds, nproc, backend, master, rdzv_timeout)
-        chosen, ranks = (next(iter(run.ranks.values()))["backend"] if run.ranks else backend), run.world_size
+        chosen = next(iter(run.ranks.values()))["backend"] if run.ranks else backend
     else:
         if not torch_available():
-            raise GpuprepError("PyTorch is not installed: pip install 'gpuprep[burnin]' (or torch) to run the burn-in")
+            raise BadInput("PyTorch is not installed: pip install 'gpuprep[burnin]' (or torch) to run the burn-in")
         chosen, per_node = _burnin_plan(nproc, backend)
-        ranks = per_node * nnodes
         if not as_json:
             click.echo(f"burn-in: {per_node} rank(s) x {nnodes} node(s), backend {chosen}, {seconds:.0f} s", err=True)
         with _phase_progress(not as_json and sys.stderr.isatty()) as on_progress:
@@ -327,11 +326,6 @@ def _phase_progress(enabled):
             task = progress.add_task("starting ranks", total=1.0)
             yield lambda p: progress.update(task, description=p.get("phase", ""), completed=float(p.get("done", 0)))
     return bar()
-
-
-def _median(values):
-    import statistics
-    return round(statistics.median(values), 2) if values else None
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ nvidia-ml-py's own, so the probe cannot tell the difference."""
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Optional
 
 import pynvml
 

@@ -1,6 +1,5 @@
 """Real torchrun runs on the CPU (gloo): a pass, a straggler named, a dead rank named, bounded time."""
 import json
-import os
 
 import pytest
 

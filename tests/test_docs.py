@@ -1,6 +1,5 @@
 """docs/checks.md documents every finding id the rules can emit, and nothing else."""
 import re
-from pathlib import Path
 
 from conftest import REPO
 

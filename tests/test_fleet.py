@@ -76,15 +76,22 @@ def test_failed_and_unreachable_hosts_are_reported_and_a_rerun_finishes(fleet, t
     assert again.returncode == 0 and all(h["changed"] == 0 for h in doc["hosts"].values())   # idempotent
 
 
+def _graphics_clocks(name):
+    from gpuprep.module_utils.gpuprep_nvsmi import parse_xml
+    _header, gpus = parse_xml(node_exec(name, "nvidia-smi", "-q", "-x").stdout)
+    return [fields["clock_graphics_mhz"] for _bus, fields, _element in gpus]
+
+
 def test_clocks_reset_by_hand_are_reapplied(fleet, tmp_path):
     one = write_inventory(tmp_path / "one.yml", NAMES[:1])
     assert apply("-i", str(one), "--tags", "gpu_clocks")[0].returncode == 0
     planned = node_exec(NAMES[0], "nvidia-smi", "-q", "-x").stdout
     node_exec(NAMES[0], "nvidia-smi", "-rgc", check=True)         # drift: config files all unchanged
-    assert node_exec(NAMES[0], "nvidia-smi", "-q", "-x").stdout != planned
+    assert _graphics_clocks(NAMES[0]) == [210, 210]      # the capture's idle clocks: the lock is gone
     done, doc = apply("-i", str(one), "--tags", "gpu_clocks")
     assert done.returncode == 0 and doc["hosts"][NAMES[0]]["changed"] > 0, doc
     assert node_exec(NAMES[0], "nvidia-smi", "-q", "-x").stdout == planned
+    assert _graphics_clocks(NAMES[0]) == [2100, 2100]
     again, doc = apply("-i", str(one), "--tags", "gpu_clocks")
     assert again.returncode == 0 and doc["hosts"][NAMES[0]]["changed"] == 0, doc
 
@@ -123,8 +130,8 @@ def test_a_rerun_checks_each_role_in_one_read_and_repairs_what_moved(fleet, tmp_
 def test_revert_through_the_cli(fleet, tmp_path):
     one = write_inventory(tmp_path / "one.yml", NAMES[:1])
     assert apply("-i", str(one))[0].returncode == 0
-    done, doc = run_cli("revert", "-i", str(one), "--json", timeout=900), None
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_cli("revert", "-i", str(one), "--json", timeout=900)
+    assert done.returncode == 0 and json.loads(done.stdout)["ok"], done.stdout + done.stderr
     assert node_exec(NAMES[0], "cmp", "/etc/docker/daemon.json", "/root/daemon.json.orig").returncode == 0
     assert node_exec(NAMES[0], "test", "-e", "/etc/gpuprep/env").returncode != 0
     held = node_exec(NAMES[0], "dpkg-query", "-W", "-f=${db:Status-Want}", "nvidia-driver-535").stdout

@@ -1,5 +1,4 @@
 """Each rule fires on a real capture (edited only in the field under test) and stays quiet on the original."""
-import copy
 
 import pytest
 
@@ -91,7 +90,7 @@ def test_retired_pages():
 def test_pcie_degraded_uses_max_not_idle_current():
     snap = load("l4.nvidia-smi-q.txt")
     gpu = snap.gpus[0]
-    assert gpu.pcie_width_current == 8 or gpu.pcie_width_current is not None
+    assert (gpu.pcie_width_current, gpu.pcie_width_max) == (8, 16)     # the capture: x8 of x16
     snap = load(H100)
     snap.gpus[0].pcie_gen_current = 1        # idle down-training: not a fault
     assert verdicts(snap, "gpu.pcie-degraded") == ["pass"]

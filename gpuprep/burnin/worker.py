@@ -339,7 +339,6 @@ def memory_check(torch, device, buffer_bytes, chunk_bytes, seed=0x5EED, after_wr
                 if first is None:
                     first = lo + int(torch.argmax(diff).item())
         rows.append({"pattern": pattern, "bad_words": bad, "first_bad_word": first})
-    del buf, scratch
     failing = [r for r in rows if r["bad_words"]]
     return {"bytes": words * 4, "chunk_bytes": chunk * 4, "ok": not failing, "patterns": rows,
             "bad_words": sum(r["bad_words"] for r in rows),

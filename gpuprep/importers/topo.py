@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional
+from typing import List
 
 from ..snapshot import Snapshot, Topology
 from . import values as v
@@ -56,10 +56,6 @@ def import_topology(text: str, origin: str) -> Snapshot:
 def nic_device_name(topology: Topology, column: str) -> str:
     """NIC0 -> mlx5_ib0 through the legend; old formats name the device in the header."""
     return topology.nic_names.get(column, column)
-
-
-def gpu_numa(topology: Topology) -> Dict[str, Optional[int]]:
-    return {gpu: topology.numa_affinity.get(gpu) for gpu in topology.gpus()}
 
 
 def gpu_pairs(topology: Topology) -> List[tuple]:

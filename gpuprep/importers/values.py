@@ -1,7 +1,6 @@
 """Turn nvidia-smi's printed values into typed values; anything it could not report is None."""
 from __future__ import annotations
 
-import re
 from typing import Iterable, List, Optional
 
 # one implementation of nvidia-smi's value conventions, shared with the roles' modules

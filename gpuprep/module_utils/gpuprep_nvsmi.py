@@ -147,11 +147,6 @@ def _width(value: Optional[str]) -> Optional[int]:
     return integer(text.rstrip("x")) if text else None
 
 
-def _compute_mode(value: Optional[str]) -> Optional[str]:
-    text = known(value)
-    return text.replace(" ", "_").replace("_Process", "_Process") if text else None
-
-
 # field, converter, text paths, xml paths
 FIELDS: List[Tuple[str, Callable, List[Path], List[Path]]] = [
     ("name", known, [("Product Name",)], [("product_name",)]),
