@@ -57,16 +57,18 @@ def _gather(sources: List[str], root: str, no_docker: bool):
 @cli.command()
 @click.option("--from", "sources", multiple=True, metavar="FILE",
               help="Judge captures instead of this host (nvidia-smi [-q [-x]], topo -m, numactl -H, lscpu, dmesg, snapshot JSON). Repeat to combine.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write here instead of stdout.")
+@click.option("-o", "--output", metavar="FILE", help="Write here (atomically) instead of stdout.")
 @click.option("--root", default="/", hidden=True, help="Read /proc and /sys below this directory (tests).")
 @click.option("--no-docker", is_flag=True, help="Do not query the Docker daemon.")
 def snapshot(sources, output, root, no_docker):
     """Write the host's facts as a snapshot JSON document."""
+    from .output import check_destination, write_atomic
+    if output:
+        check_destination(output)
     snap = _gather(list(sources), root, no_docker)
     text = snap.to_json()
     if output:
-        with open(output, "w") as fh:
-            fh.write(text + "\n")
+        write_atomic(output, text + "\n")
     else:
         click.echo(text)
 
@@ -85,20 +87,26 @@ def snapshot(sources, output, root, no_docker):
 @click.option("--no-docker", is_flag=True, help="Do not query the Docker daemon.")
 def check(sources, as_json, profile, skip, only, require_gpu, verbose, facts_only, root, no_docker):
     """Gather facts (or read captures), judge them, report findings. Exit 1 if any check fails."""
-    from .rules import Context, evaluate
+    from .errors import BadInput
+    from .rules import Context, check_filters, judge_all, select
 
+    try:
+        check_filters(skip, only)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
     chosen = {}
     if profile:
         from .profiles import load as load_profile
         chosen = load_profile(profile)
     snap = _gather(list(sources), root, no_docker)
-    findings = None if facts_only else evaluate(snap, Context(profile=chosen, require_gpu=require_gpu), skip, only)
+    findings, waived = (None, []) if facts_only else \
+        select(judge_all(snap, Context(profile=chosen, require_gpu=require_gpu)), skip, only)
     if as_json:
         from .report import check_document, to_json
-        click.echo(to_json(check_document(snap, findings or [])))
+        click.echo(to_json(check_document(snap, findings or [], waived)))
     else:
         from .report.terminal import render
-        click.echo(render(snap, findings, colour=sys.stdout.isatty(), verbose=verbose), nl=False)
+        click.echo(render(snap, findings, colour=sys.stdout.isatty(), verbose=verbose, waived=waived), nl=False)
     if findings and any(f.severity == "fail" for f in findings):
         sys.exit(EXIT_FAILED)
 
@@ -253,7 +261,7 @@ def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen):
 @click.option("--node-rank", type=click.IntRange(0, 4095), default=0, show_default=True)
 @click.option("--rdzv-timeout", type=click.FloatRange(5, 3600), default=60, show_default=True, help="Seconds to wait for every node.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Also write the JSON report here.")
+@click.option("-o", "--output", metavar="FILE", help="Also write the JSON report here (checked before the run, written atomically).")
 def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_timeout, as_json, output):
     """Short torchrun DDP burn-in: every rank trains, all-reduce bandwidth sweep, memory check, straggler named."""
     import json as _json
@@ -262,6 +270,9 @@ def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_
     from .burnin.judge import judge, report_document
     from .errors import BadInput
     seconds = parse_duration(duration)
+    if output:
+        from .output import check_destination
+        check_destination(output)
     if node_rank >= nnodes:
         raise BadInput(f"--node-rank {node_rank} must be below --nnodes {nnodes}")
     if nnodes > 1 and not master:
@@ -282,8 +293,8 @@ def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_
     findings = judge(run)
     document = report_document(run, findings, chosen, seconds)
     if output:
-        with open(output, "w") as fh:
-            _json.dump(document, fh, indent=2)
+        from .output import write_atomic
+        write_atomic(output, _json.dumps(document, indent=2) + "\n")
     if as_json:
         click.echo(_json.dumps(document, indent=2))
     else:

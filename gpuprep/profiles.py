@@ -39,4 +39,20 @@ def load(name_or_path: str) -> Dict[str, Any]:
     unknown = set(profile) - KNOWN_KEYS
     if unknown:
         raise BadInput(f"profile {name_or_path}: unknown key(s) {', '.join(sorted(unknown))}")
+    for key, value in profile.items():
+        problem = _value_problem(key, value)
+        if problem:
+            raise BadInput(f"profile {name_or_path}: {key} = {value!r}: {problem}")
+    if not set(profile) - {"description"}:
+        raise BadInput(f"profile {name_or_path}: defines no requirement (keys: {', '.join(sorted(KNOWN_KEYS))})")
     return profile
+
+
+def _value_problem(key: str, value: Any) -> str:
+    if key == "description":
+        return "" if isinstance(value, str) else "expected text"
+    if key.startswith("require_"):
+        return "" if isinstance(value, bool) else "expected true or false"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "expected a number"
+    return "" if value >= 0 else "expected a number >= 0"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -114,6 +115,7 @@ class NvmlStatus:
     reason: Optional[str] = None
     message: Optional[str] = None
     library_version: Optional[str] = None
+    attached_gpus: Optional[int] = None     # how many GPUs nvidia-smi's report header says it covers
 
 
 @dataclass
@@ -338,12 +340,19 @@ def _build(tp, value):
             raise TypeError(f"{tp.__name__}: expected an object, got {type(value).__name__}")
         hints = _hints(tp)
         known = {f.name for f in dataclasses.fields(tp)}
-        kwargs = {k: _build(hints[k], v) for k, v in value.items() if k in known}
-        return tp(**kwargs)
+        # a section written as null is an unknown section: its defaults (every field unknown), not None
+        kwargs = {k: _build(hints[k], v) for k, v in value.items()
+                  if k in known and not (v is None and dataclasses.is_dataclass(hints[k]))}
+        try:
+            return tp(**kwargs)
+        except TypeError as exc:            # a required field missing
+            raise TypeError(f"{tp.__name__}: {exc}") from None
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp in (int, float, str, bool) and not isinstance(value, tp):
+        value = float(value)
+    if tp in (int, float, str, bool) and (not isinstance(value, tp) or (tp is int and isinstance(value, bool))):
         raise TypeError(f"expected {tp.__name__}, got {value!r}")
+    if tp in (int, float) and not math.isfinite(value):
+        raise TypeError(f"expected a finite number, got {value!r}")
     return value
 
 

@@ -18,3 +18,9 @@ def ids_in_code():
 def test_every_id_is_documented():
     documented = set(re.findall(r"^\| `([a-z]+\.[a-z0-9-]+)` \|", (REPO / "docs" / "checks.md").read_text(), re.M))
     assert ids_in_code() == documented
+
+
+def test_the_filter_registry_is_the_set_of_check_ids():
+    from gpuprep.rules.ids import CHECK_IDS
+    burnin = {i for i in ids_in_code() if i.startswith("burnin.")}
+    assert CHECK_IDS == ids_in_code() - burnin

@@ -53,15 +53,51 @@ def import_text(text: str, origin: str) -> Snapshot:
                    f"topo -m, nvlink --status, numactl -H, lscpu, a kernel log or a gpuprep snapshot)")
 
 
+MAX_CAPTURE_BYTES = 64 << 20     # far above any real capture (an 8-GPU `-q -x` is ~1 MiB); bounds a wrong file
+
+
 def read_capture(path: str) -> str:
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if b"\x00" in data[:4096]:
+    """A capture's text: a regular file (or '-' for stdin) of at most MAX_CAPTURE_BYTES, decoded from UTF-8 or,
+    with a byte-order mark, UTF-16/UTF-32 (as Windows tools save them), line ends made '\\n'."""
+    import stat
+    import sys
+    if path == "-":
+        data = sys.stdin.buffer.read(MAX_CAPTURE_BYTES + 1)
+    else:
+        try:
+            info = os.stat(path)
+        except OSError as exc:
+            raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a pipe, device or socket)"
+            raise BadInput(f"{path}: {kind}; give a capture file, or - for standard input")
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_CAPTURE_BYTES + 1)
+        except OSError as exc:
+            raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(data) > MAX_CAPTURE_BYTES:
+        raise BadInput(f"{path}: larger than {MAX_CAPTURE_BYTES >> 20} MiB, not a capture")
+    return decode_capture(data, path)
+
+
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xef\xbb\xbf", "utf-8-sig"),
+         (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+
+
+def decode_capture(data: bytes, path: str) -> str:
+    encoding = next((name for bom, name in _BOMS if data.startswith(bom)), None)
+    if encoding is None and len(data) >= 4 and data[1:4:2] == b"\x00\x00" and data[0:4:2] != b"\x00\x00":
+        encoding = "utf-16-le"               # UTF-16 without a mark: every second byte of ASCII text is zero
+    if encoding:
+        text = data.decode(encoding, errors="replace")
+        if encoding.startswith(("utf-16", "utf-32")):
+            text = text.lstrip("\ufeff")
+    elif b"\x00" in data[:4096]:
         raise BadInput(f"{path}: binary file, not a capture")
-    return data.decode("utf-8", errors="replace")
+    else:
+        text = data.decode("utf-8", errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def import_files(paths: Iterable[str]) -> Snapshot:

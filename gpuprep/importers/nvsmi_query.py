@@ -41,7 +41,7 @@ def import_text(text: str, origin: str) -> Snapshot:
     snap.software.cuda_driver_version = header["cuda_version"]
     snap.gpus = [gpu_from_fields(i, bus, fields) for i, (bus, fields) in enumerate(blocks)]
     if snap.gpus or snap.software.driver_version:
-        snap.nvml = NvmlStatus(available=True)
+        snap.nvml = NvmlStatus(available=True, attached_gpus=header["attached_gpus"])
     return snap
 
 
@@ -62,5 +62,5 @@ def import_xml(text: str, origin: str) -> Snapshot:
             gpu.mig_devices = len(mig.findall("mig_device"))
         gpus.append(gpu)
     snap.gpus = gpus
-    snap.nvml = NvmlStatus(available=True)
+    snap.nvml = NvmlStatus(available=True, attached_gpus=header["attached_gpus"])
     return snap

@@ -330,7 +330,8 @@ def parse_text(text: str) -> Tuple[Dict[str, Optional[str]], List[Tuple[str, Dic
     """(driver/CUDA header, [(bus id, fields)]) of a `-q` text report."""
     header, blocks = split_text_gpus(text)
     top = {"driver_version": known(_get(header, ("Driver Version",))),
-           "cuda_version": known(_get(header, ("CUDA Version",)))}
+           "cuda_version": known(_get(header, ("CUDA Version",))),
+           "attached_gpus": integer(_get(header, ("Attached GPUs",)))}
     return top, [(bus, gpu_fields(tree, xml=False)) for bus, tree in blocks]
 
 
@@ -339,7 +340,8 @@ def parse_xml(text: str):
     import xml.etree.ElementTree as ET   # only XML reports pay for it
     root = ET.fromstring(re.sub(r"<!DOCTYPE[^>]*>", "", text, count=1))
     top = {"driver_version": known(root.findtext("driver_version")),
-           "cuda_version": known(root.findtext("cuda_version"))}
+           "cuda_version": known(root.findtext("cuda_version")),
+           "attached_gpus": integer(root.findtext("attached_gpus"))}
     gpus = []
     for element in root.findall("gpu"):
         fields = gpu_fields(_xml_to_tree(element), xml=True)

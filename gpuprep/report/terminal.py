@@ -100,7 +100,7 @@ def render_facts(snap: Snapshot, out: Writer) -> None:
             out.line(f"  {e.time or '?'}  {e.kind.upper()} {e.code}  PCI {e.pci}  {e.message or ''}"[:160])
 
 
-def render_findings(findings: List[Finding], out: Writer, verbose: bool) -> None:
+def render_findings(findings: List[Finding], out: Writer, verbose: bool, waived: Optional[List[Finding]] = None) -> None:
     shown = [f for f in findings if verbose or f.severity != "pass"]
     areas = sorted({f.area for f in shown},
                    key=lambda a: min(SEVERITY_RANK[f.severity] for f in shown if f.area == a))
@@ -118,11 +118,17 @@ def render_findings(findings: List[Finding], out: Writer, verbose: bool) -> None
     verdict = "FAIL" if counts["fail"] else ("WARN" if counts["warn"] else "OK")
     out.line(out.paint(f"{verdict}: {counts['fail']} fail, {counts['warn']} warn, {counts['info']} info, "
                        f"{counts['pass']} pass", "fail" if counts["fail"] else "warn" if counts["warn"] else "pass"))
+    hidden = summary(waived or [])
+    if hidden["fail"] or hidden["warn"]:
+        ids = sorted({f.id for f in waived if f.severity in ("fail", "warn")})
+        out.line(out.paint(f"waived by --skip/--only: {hidden['fail']} fail, {hidden['warn']} warn ({', '.join(ids)})",
+                           "warn"))
 
 
-def render(snap: Snapshot, findings: Optional[List[Finding]], colour: bool, verbose: bool = False) -> str:
+def render(snap: Snapshot, findings: Optional[List[Finding]], colour: bool, verbose: bool = False,
+           waived: Optional[List[Finding]] = None) -> str:
     out = Writer(colour)
     render_facts(snap, out)
     if findings is not None:
-        render_findings(findings, out, verbose)
+        render_findings(findings, out, verbose, waived)
     return out.text()

@@ -62,15 +62,40 @@ def evaluate(snapshot: Snapshot, context: Optional[Context] = None, skip: Sequen
              only: Sequence[str] = ()) -> List[Finding]:
     """Every finding for the snapshot, worst first; `skip` waives ids (or whole areas), `only`
     keeps the named areas (or ids)."""
+    return select(judge_all(snapshot, context), skip, only)[0]
+
+
+def judge_all(snapshot: Snapshot, context: Optional[Context] = None) -> List[Finding]:
     _load_areas()
     context = context or Context()
     findings: List[Finding] = []
     for fn in RULES:
         findings.extend(fn(snapshot, context))
-    findings = [f for f in findings if not _matches(f, skip)]
-    if only:
-        findings = [f for f in findings if _matches(f, only)]
     return sorted(findings, key=lambda f: (SEVERITY_RANK[f.severity], f.id, f.subject))
+
+
+def check_filters(skip: Sequence[str], only: Sequence[str]) -> None:
+    """ValueError naming the first --skip/--only value that is no check id or area, or a pair of
+    filters that leaves nothing to judge."""
+    from .ids import AREAS, CHECK_IDS
+    for option, names in (("--skip", skip), ("--only", only)):
+        for name in names:
+            if name not in CHECK_IDS and name not in AREAS:
+                raise ValueError(f"{option} {name!r} is no check id or area (areas: {', '.join(sorted(AREAS))}; "
+                                 f"ids: docs/checks.md)")
+    if only:
+        kept = {i for i in CHECK_IDS if any(i == n or i.split('.', 1)[0] == n for n in only)}
+        if all(any(i == n or i.split('.', 1)[0] == n for n in skip) for i in kept):
+            raise ValueError(f"--only {','.join(only)} with --skip {','.join(skip)} leaves no check to run")
+
+
+def select(findings: List[Finding], skip: Sequence[str], only: Sequence[str]):
+    """(kept, waived): the findings the filters keep, and the ones they remove."""
+    kept, waived = [], []
+    for f in findings:
+        chosen = not _matches(f, skip) and (not only or _matches(f, only))
+        (kept if chosen else waived).append(f)
+    return kept, waived
 
 
 def _matches(finding: Finding, names: Sequence[str]) -> bool:

@@ -263,6 +263,19 @@ def compute_mode(snap, ctx):
 
 
 @rule
+def capture_incomplete(snap, ctx):
+    """A report whose header names more GPUs than it holds was cut short (or GPUs vanished while it ran)."""
+    said, have = snap.nvml.attached_gpus, len(snap.gpus or [])
+    if said is None or have >= said:
+        return []
+    return [Finding("gpu.capture-incomplete", "warn", host(snap),
+                    f"nvidia-smi's report names {said} GPUs but holds {have}: {said - have} missing from what was judged",
+                    {"attached_gpus": said, "gpus_in_report": have, "missing": said - have},
+                    "Capture the whole `nvidia-smi -q` again; if it stops at the same GPU, that GPU hangs the query "
+                    "(check the kernel log for Xids and `nvidia-smi -L`)")]
+
+
+@rule
 def gpu_count(snap, ctx):
     wanted = ctx.profile.get("min_gpus")
     if not wanted or snap.gpus is None:
