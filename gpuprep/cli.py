@@ -46,10 +46,10 @@ def cli() -> None:
     """Check, tune and burn in GPU nodes for training."""
 
 
-def _gather(sources: List[str], root: str, no_docker: bool):
+def _gather(sources: List[str], root: str, no_docker: bool, allow_mixed: bool = False):
     if sources:
         from .importers import import_files
-        return import_files(sources)
+        return import_files(sources, allow_mixed)
     from .probe import collect
     return collect(root=root, docker=not no_docker)
 
@@ -85,7 +85,8 @@ def snapshot(sources, output, root, no_docker):
 @click.option("--facts-only", is_flag=True, help="Show the facts without judging them.")
 @click.option("--root", default="/", hidden=True)
 @click.option("--no-docker", is_flag=True, help="Do not query the Docker daemon.")
-def check(sources, as_json, profile, skip, only, require_gpu, verbose, facts_only, root, no_docker):
+@click.option("--allow-mixed", is_flag=True, help="Judge --from captures as one host even when they look like different hosts'.")
+def check(sources, as_json, profile, skip, only, require_gpu, verbose, facts_only, root, no_docker, allow_mixed):
     """Gather facts (or read captures), judge them, report findings. Exit 1 if any check fails."""
     from .errors import BadInput
     from .rules import Context, check_filters, judge_all, select
@@ -98,7 +99,7 @@ def check(sources, as_json, profile, skip, only, require_gpu, verbose, facts_onl
     if profile:
         from .profiles import load as load_profile
         chosen = load_profile(profile)
-    snap = _gather(list(sources), root, no_docker)
+    snap = _gather(list(sources), root, no_docker, allow_mixed)
     findings, waived = (None, []) if facts_only else \
         select(judge_all(snap, Context(profile=chosen, require_gpu=require_gpu)), skip, only)
     if as_json:

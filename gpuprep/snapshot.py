@@ -374,8 +374,24 @@ def merge(base: Snapshot, extra: Snapshot) -> Snapshot:
     out.sources = base.sources + [s for s in extra.sources if s not in base.sources]
     out.gpus = _merge_gpus(base.gpus, extra.gpus)
     if base.xids is not None or extra.xids is not None:
-        out.xids = (base.xids or []) + (extra.xids or [])
+        # the same kernel-log line given twice (two overlapping pastes) is one event
+        out.xids = list({dataclasses.astuple(x): x for x in (base.xids or []) + (extra.xids or [])}.values())
     return out
+
+
+def mixed_hosts(base: Snapshot, extra: Snapshot) -> Optional[str]:
+    """Why two partial snapshots cannot be one host's (None when they can): different host names or driver
+    versions, or one bus id with two GPU UUIDs."""
+    for what, a, b in (("host names", base.system.hostname, extra.system.hostname),
+                       ("driver versions", base.software.driver_version, extra.software.driver_version)):
+        if a and b and a != b:
+            return f"different {what} ({a}, {b})"
+    uuids = {normalize_bus_id(g.pci_bus_id): g.uuid for g in base.gpus or [] if g.pci_bus_id and g.uuid}
+    for gpu in extra.gpus or []:
+        known = uuids.get(normalize_bus_id(gpu.pci_bus_id)) if gpu.pci_bus_id else None
+        if known and gpu.uuid and known != gpu.uuid:
+            return f"GPU {gpu.pci_bus_id} has two UUIDs ({known}, {gpu.uuid})"
+    return None
 
 
 def _merge_value(a, b):

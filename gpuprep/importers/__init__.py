@@ -100,10 +100,25 @@ def decode_capture(data: bytes, path: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def import_files(paths: Iterable[str]) -> Snapshot:
+def import_files(paths: Iterable[str], allow_mixed: bool = False) -> Snapshot:
+    """One host's snapshot from its captures. The same content given twice counts once; captures that cannot
+    be one host's (see snapshot.mixed_hosts) are refused unless allow_mixed."""
+    import hashlib
+    from ..snapshot import mixed_hosts
     combined: Optional[Snapshot] = None
+    seen = set()
     for path in paths:
-        part = import_text(read_capture(path), os.path.basename(path))
+        text = read_capture(path)
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+        if digest in seen:
+            continue
+        seen.add(digest)
+        part = import_text(text, os.path.basename(path))
+        if combined is not None and not allow_mixed:
+            reason = mixed_hosts(combined, part)
+            if reason:
+                raise BadInput(f"{path}: not the same host as {', '.join(combined.sources)}: {reason} "
+                               f"(--allow-mixed judges them as one host anyway)")
         combined = part if combined is None else merge(combined, part)
     if combined is None:
         raise BadInput("no capture files given")

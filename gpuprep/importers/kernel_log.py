@@ -7,14 +7,30 @@ from typing import Iterable, List, Optional
 
 from ..snapshot import Snapshot, XidEvent
 
-_XID = re.compile(r"NVRM: Xid \((PCI:[0-9A-Fa-f:.]+)\): (\d+),\s*(.*)$")
-_SXID = re.compile(r"nvidia-nvswitch\d*: SXid \((PCI:[0-9A-Fa-f:.]+)\): (\d+),\s*(.*)$")
+# older drivers write `Xid (0000:03:00): 14, ...` without `PCI:`; a malformed id still counts the Xid
+_XID = re.compile(r"NVRM: Xid \(([^)]*)\):\s*(\d+),?\s*(.*)$", re.M)
+_SXID = re.compile(r"nvidia-nvswitch\d*: SXid \(([^)]*)\):\s*(\d+),?\s*(.*)$", re.M)
+# "fallen off the bus" without an Xid number (one line, or NVRM's multi-line message) means Xid 79
+_OFF_BUS = re.compile(r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?)"
+                      r"[^\n]*?fallen off the bus", re.M)
+_CONTINUATION = re.compile(r"\n[ \t]+NVRM: ")
+_BUS = re.compile(r"(?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.\d)?$")   # as Xid lines print it
 _PID = re.compile(r"pid=('?[^,']*'?),\s*")
 _NAME = re.compile(r"name=([^,]*),\s*")
 
 
 def looks_like_kernel_log(text: str) -> bool:
-    return bool(_XID.search(text) or _SXID.search(text))
+    return bool(_XID.search(text) or _SXID.search(text) or _OFF_BUS.search(_joined(text)))
+
+
+def _joined(text: str) -> str:
+    """NVRM's continuation lines (indented, no timestamp) joined to the line they continue."""
+    return _CONTINUATION.sub(" ", text)
+
+
+def _bus(text: str) -> Optional[str]:
+    match = _BUS.match(text.strip())
+    return match.group(1) if match else None
 
 
 def _prefix_time(prefix: str) -> Optional[str]:
@@ -37,7 +53,7 @@ def parse_events(lines: Iterable[str]) -> List[XidEvent]:
             if not match:
                 continue
             rest = match.group(3)
-            event = XidEvent(code=int(match.group(2)), pci=match.group(1)[4:], kind=kind,
+            event = XidEvent(code=int(match.group(2)), pci=_bus(match.group(1)), kind=kind,
                              time=_prefix_time(line[:match.start()]))
             pid = _PID.match(rest)
             if pid:
@@ -55,5 +71,12 @@ def parse_events(lines: Iterable[str]) -> List[XidEvent]:
 
 def import_kernel_log(text: str, origin: str) -> Snapshot:
     snap = Snapshot(sources=[origin])
-    snap.xids = parse_events(text.splitlines())
+    lines = _joined(text).splitlines()
+    snap.xids = parse_events(lines)
+    with_xid79 = {e.pci for e in snap.xids if e.code == 79}
+    for line in lines:
+        match = _OFF_BUS.search(line)
+        if match and not _XID.search(line) and _bus(match.group(1)) not in with_xid79:
+            snap.xids.append(XidEvent(code=79, pci=_bus(match.group(1)), time=_prefix_time(line[:match.start()]),
+                                      message="GPU has fallen off the bus (logged without an Xid number)"))
     return snap

@@ -202,6 +202,13 @@ def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[s
     if torch and variant is None:
         raise BadInput(f"--torch {torch!r} needs its variant, e.g. 2.5.1+cu124 or 2.5.1+cpu")
     torch_cuda = cuda_of_variant(variant)
+    # CUDA has had majors 1..13; a version outside 1..29 is a typo, not a release gpuprep does not know yet
+    if cuda and not re.fullmatch(r"([1-9]|[12]\d)\.\d+(\.\d+)?", cuda):
+        raise BadInput(f"--cuda {cuda!r} is not a CUDA version like 12.4")
+    if torch_cuda and not re.fullmatch(r"([1-9]|[12]\d)\.\d+(\.\d+)?", torch_cuda):
+        raise BadInput(f"--torch {torch!r}: {variant!r} is not a CUDA variant like cu124")
+    if cudnn and not re.fullmatch(r"\d+(\.\d+){1,3}", cudnn):
+        raise BadInput(f"--cudnn {cudnn!r} is not a cuDNN version like 9.1.0")
     if cuda:
         findings.append(judge_driver_for_cuda("compat.toolkit-driver", "combination", f"CUDA {cuda}", driver, cuda))
     if torch_cuda:
