@@ -193,6 +193,7 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
                   cmdline=" ".join(cmdline) or None, suppress_env_files=True,
                   envvars={"ANSIBLE_CONFIG": os.path.join(project, "ansible.cfg"),
                            "ANSIBLE_LIBRARY": os.path.join(project, "library"),
+                           "ANSIBLE_MODULE_UTILS": os.path.join(project, "module_utils"),
                            "ANSIBLE_ROLES_PATH": os.path.join(project, "roles"),
                            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
                            # the ansible CLIs installed beside this interpreter, even in an unactivated venv
