@@ -214,13 +214,15 @@ def _run_playbook(playbook, inventory, limit, local, forks, extra_vars, as_json,
     if as_json:
         import json as _json
         click.echo(_json.dumps({"schema": "gpuprep.apply/1", "playbook": playbook, "check": check, "ok": succeeded,
-                                "artifacts": outcome.artifacts,
+                                "artifacts": outcome.artifacts, "interrupted": state.interrupted,
                                 "hosts": {n: h.to_dict() for n, h in sorted(state.hosts.items())}}, indent=2))
     else:
         if diff:
             from .ansible.view import diff_text
             click.echo(diff_text(state), nl=False)
         click.echo(summary_table(state, outcome.artifacts), nl=False)
+    if outcome.signal:
+        sys.exit(128 + outcome.signal)
     if not succeeded:
         sys.exit(EXIT_FAILED)
 
@@ -247,9 +249,15 @@ def apply(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, tags,
 
 @cli.command()
 @_apply_options
-def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen):
+@click.option("--tags", multiple=True, help="Only these roles, comma-separated (default: every role).")
+def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, tags):
     """Put back everything apply recorded (files, units, values, held packages, clocks)."""
-    _run_playbook("revert.yml", inventory, limit, local, forks, extra_vars, as_json, no_mitogen)
+    from .ansible.runner import ROLE_TAGS
+    from .errors import BadInput
+    unknown = [t for t in _split(tags) if t not in ROLE_TAGS]
+    if unknown:
+        raise BadInput(f"unknown role(s) {', '.join(unknown)} (roles: {', '.join(ROLE_TAGS)})")
+    _run_playbook("revert.yml", inventory, limit, local, forks, extra_vars, as_json, no_mitogen, tags)
 
 
 @cli.command()

@@ -30,6 +30,7 @@ class HostState:
     unmoved_roles: List[str] = field(default_factory=list)  # ended by the fast re-run: nothing moved
     drift: Dict[str, List[str]] = field(default_factory=dict)  # role -> what moved since its last full run
     final: bool = False            # counts replaced by playbook_on_stats
+    interrupted_at: Optional[str] = None   # the task it was in when the run was cancelled
 
     @property
     def succeeded(self) -> bool:
@@ -46,6 +47,7 @@ class HostState:
                 "skipped": self.skipped, "seconds": None if self.seconds is None else round(self.seconds, 1),
                 "changed_tasks": list(self.changed_tasks), "unmoved_roles": list(self.unmoved_roles),
                 "drift": {role: list(moved) for role, moved in self.drift.items()},
+                "interrupted": self.interrupted_at is not None, "interrupted_at": self.interrupted_at,
                 "failed_tasks": [{"task": f.task, "message": f.message, "unreachable": f.unreachable}
                                  for f in self.failures]}
 
@@ -56,6 +58,7 @@ class RunState:
     play: Optional[str] = None
     finished: bool = False
     errors: List[str] = field(default_factory=list)   # playbook-level messages (syntax, bad tags, ...)
+    interrupted: Optional[str] = None                  # SIGINT/SIGTERM when the run was cancelled
 
     def host(self, name: str) -> HostState:
         if name not in self.hosts:
@@ -63,16 +66,34 @@ class RunState:
         return self.hosts[name]
 
 
+MESSAGE_LIMIT = 4000       # characters of one failure reason kept (a module can dump megabytes of stderr)
+GENERIC = ("One or more items failed", "non-zero return code", "MODULE FAILURE\nSee stdout/stderr for the exact error")
+
+
+def _item_label(item: dict) -> str:
+    label = item.get("_ansible_item_label", item.get("item"))
+    return f"item {label}" if label is not None else "item"
+
+
 def _message(result: dict) -> str:
-    for key in ("msg", "stderr", "module_stderr", "reason"):
-        value = result.get(key)
-        if value:
-            text = str(value).strip().splitlines()
-            return text[0][:300] if text else ""
-    for item in result.get("results") or []:
-        if isinstance(item, dict) and item.get("failed"):
-            return _message(item)
-    return "failed"
+    """The whole reason a task failed: its message, the stderr behind a generic one, and every failed
+    loop item's own message, each on its own line."""
+    parts = []
+    for key in ("msg", "reason", "stderr", "module_stderr"):
+        value = str(result.get(key) or "").strip()
+        if value and not any(value in part for part in parts):
+            parts.append(value)
+    if len(parts) > 1 and parts[0] in GENERIC:
+        parts.pop(0)
+    if not parts and result.get("rc"):
+        stdout = str(result.get("stdout") or "").strip()
+        parts.append(f"exit code {result['rc']}" + (f": {stdout}" if stdout else ""))
+    failed_items = [item for item in result.get("results") or [] if isinstance(item, dict) and item.get("failed")]
+    if failed_items:
+        parts = [p for p in parts if p not in GENERIC]
+        parts += [f"{_item_label(item)}: {_message(item)}" for item in failed_items]
+    text = "\n".join(parts) or "failed"
+    return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + " [...]"
 
 
 def reduce(state: RunState, event: dict, now: float) -> RunState:
@@ -141,4 +162,13 @@ def reduce(state: RunState, event: dict, now: float) -> RunState:
         state.finished = True
     elif kind == "error" or (kind == "verbose" and "ERROR!" in (event.get("stdout") or "")):
         state.errors.append((event.get("stdout") or "").strip())
+    return state
+
+
+def interrupt(state: RunState, signal_name: str) -> RunState:
+    """The run was cancelled: every host that had not finished is marked with the task it was in."""
+    state.interrupted = signal_name
+    for host in state.hosts.values():
+        if not host.final:
+            host.interrupted_at = host.current_task or "(not started)"
     return state

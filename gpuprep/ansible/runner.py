@@ -2,20 +2,24 @@
 True, or ansible-runner drops the event); the caller drains the queue through the pure reducer."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
+import signal
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import BadInput
 from ..resources import playbooks_dir
-from .reducer import RunState, reduce
+from .artifacts import scrub
+from .reducer import RunState, interrupt, reduce
 
 ROLE_TAGS = ("driver_pin", "gpu_persistence", "gpu_clocks", "container_toolkit", "nccl_env", "system_tuning")
 EXTRA_TAGS = ("always", "never", "system_tuning_governor", "system_tuning_sysctl", "system_tuning_memlock",
@@ -44,6 +48,7 @@ class ApplyOutcome:
     status: str
     rc: int
     hosts_in_inventory: List[str]
+    signal: Optional[int] = None         # SIGINT/SIGTERM that cancelled the run
 
 
 def _ansible_bin(name: str) -> str:
@@ -186,44 +191,76 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
         events.put(event)
         return True
 
+    envvars = {"ANSIBLE_CONFIG": os.path.join(project, "ansible.cfg"),
+               "ANSIBLE_LIBRARY": os.path.join(project, "library"),
+               "ANSIBLE_MODULE_UTILS": os.path.join(project, "module_utils"),
+               "ANSIBLE_ROLES_PATH": os.path.join(project, "roles"),
+               "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+               # the ansible CLIs installed beside this interpreter, even in an unactivated venv
+               "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+               **(mitogen_env() if request.mitogen else {})}
     kwargs = dict(private_data_dir=private, project_dir=project, playbook=os.path.join(project, request.playbook),
                   inventory=inventory, ident=ident, artifact_dir=artifacts, forks=forks, quiet=True,
                   event_handler=enqueue, extravars=extravars or None, limit=request.limit,
                   tags=",".join(request.tags) or None, skip_tags=",".join(request.skip_tags) or None,
-                  cmdline=" ".join(cmdline) or None, suppress_env_files=True,
-                  envvars={"ANSIBLE_CONFIG": os.path.join(project, "ansible.cfg"),
-                           "ANSIBLE_LIBRARY": os.path.join(project, "library"),
-                           "ANSIBLE_MODULE_UTILS": os.path.join(project, "module_utils"),
-                           "ANSIBLE_ROLES_PATH": os.path.join(project, "roles"),
-                           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
-                           # the ansible CLIs installed beside this interpreter, even in an unactivated venv
-                           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-                           **(mitogen_env() if request.mitogen else {})})
-    _thread, runner = ansible_runner.run_async(**kwargs)
+                  cmdline=" ".join(cmdline) or None, suppress_env_files=True, envvars=envvars,
+                  # facts live in memory: a jsonfile cache under the artifacts would hold each host's environment
+                  # and fail on a host name with '/' in it
+                  fact_cache_type="memory")
     state = RunState()
     for name in hosts:
         state.host(name)
+    try:
+        with _signals_cancel() as caught:
+            kwargs["cancel_callback"] = lambda: bool(caught)
+            thread, runner = ansible_runner.run_async(**kwargs)
+            _drain(events, runner, state, on_update)
+            thread.join()
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+        scrub(os.path.join(artifacts, ident), request.extravars or {}, envvars)
+    while not events.empty():
+        reduce(state, events.get(), time.monotonic())
+    if caught:
+        interrupt(state, signal.Signals(caught[0]).name)
+    if on_update:
+        on_update(state)
+    if not caught and not state.finished and runner.rc != 0:
+        message = _first_error(runner) or f"ansible-playbook exited with {runner.rc}"
+        raise BadInput(message) if runner.rc in (4, 5) else RuntimeError(message)
+    return ApplyOutcome(state=state, artifacts=os.path.join(artifacts, ident), status=runner.status,
+                        rc=runner.rc, hosts_in_inventory=hosts, signal=caught[0] if caught else None)
+
+
+def _drain(events: "queue.Queue[dict]", runner, state: RunState,
+           on_update: Optional[Callable[[RunState], None]]) -> None:
     while True:
         try:
             event = events.get(timeout=0.2)
         except queue.Empty:
             if runner.status not in ("starting", "running", "unstarted") and events.empty():
-                break
+                return
             continue
         reduce(state, event, time.monotonic())
         if on_update:
             on_update(state)
-    _thread.join()
-    while not events.empty():
-        reduce(state, events.get(), time.monotonic())
-    if on_update:
-        on_update(state)
-    shutil.rmtree(private, ignore_errors=True)
-    if not state.finished and runner.rc != 0:
-        message = _first_error(runner) or f"ansible-playbook exited with {runner.rc}"
-        raise BadInput(message) if runner.rc in (4, 5) else RuntimeError(message)
-    return ApplyOutcome(state=state, artifacts=os.path.join(artifacts, ident), status=runner.status,
-                        rc=runner.rc, hosts_in_inventory=hosts)
+
+
+@contextlib.contextmanager
+def _signals_cancel():
+    """While a run goes on, SIGINT and SIGTERM only note themselves: ansible-runner's cancel callback
+    sees the note and stops ansible-playbook, and the caller still reports what each host got to."""
+    caught: List[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield caught
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _first_error(runner) -> Optional[str]:

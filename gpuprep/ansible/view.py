@@ -12,6 +12,8 @@ def _status(host) -> str:
         return "UNREACHABLE"
     if host.failed:
         return "FAILED"
+    if host.interrupted_at is not None:
+        return "INTERRUPTED"
     if host.final:
         return "ok"
     return "running" if host.started_at else "waiting"
@@ -58,8 +60,13 @@ def line_view(write: Callable[[str], None]):
                 if key not in seen:
                     seen.add(key)
                     kind = "UNREACHABLE" if failure.unreachable else "FAILED"
-                    write(f"{kind} {host.name}: {failure.task}: {failure.message}")
+                    write(f"{kind} {host.name}: {failure.task}: {_indented(failure.message)}")
     return on_update
+
+
+def _indented(message: str) -> str:
+    """A multi-line reason kept whole, its continuation lines indented under the first."""
+    return message.replace("\n", "\n      ")
 
 
 def diff_text(state: RunState) -> str:
@@ -101,12 +108,17 @@ def summary_table(state: RunState, artifacts: str) -> str:
     for name in sorted(state.hosts):
         for failure in state.hosts[name].failures:
             lines.append(f"  {name}: {'unreachable' if failure.unreachable else 'failed'} at "
-                         f"'{failure.task}': {failure.message}")
+                         f"'{failure.task}': {_indented(failure.message)}")
+        if state.hosts[name].interrupted_at is not None:
+            lines.append(f"  {name}: interrupted at '{state.hosts[name].interrupted_at}'")
     lines += _unmoved_lines(state)
     for name in sorted(state.hosts):
         for role, moved in state.hosts[name].drift.items():
             lines.append(f"  {name}: {role} ran in full, moved since its last full run: {', '.join(moved)}")
     failed = [n for n, h in state.hosts.items() if not (h.succeeded and h.final)]
+    if state.interrupted:
+        lines.append(f"interrupted by {state.interrupted}: the run was cancelled; hosts marked INTERRUPTED may be "
+                     "part-way through a role (every file write is atomic): run apply again to finish, or revert")
     lines.append(f"{len(state.hosts) - len(failed)} of {len(state.hosts)} host(s) succeeded"
                  + (f"; failed: {', '.join(sorted(failed))}" if failed else ""))
     lines.append(f"artifacts: {artifacts}")

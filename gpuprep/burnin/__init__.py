@@ -35,6 +35,7 @@ class RunResult:
     nodes: int = 1
     new_xids: List[dict] = field(default_factory=list)
     expected_ranks: Optional[List[int]] = None      # this launch's ranks (a node of a multi-node run)
+    setup_errors: List[str] = field(default_factory=list)   # the run could not start: no rank is to blame
 
 
 def root_cause(output: str):
@@ -66,6 +67,47 @@ def parse_master(text: str):
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise BadInput(f"--master {text!r} is not HOST:PORT")
     return host, int(port)
+
+
+# torchrun/rank output that means the run could not be set up, not that a rank's GPU failed
+SETUP_ERRORS = (
+    (re.compile(r"EADDRINUSE|[Aa]ddress already in use"),
+     "the rendezvous port is already in use on the master (another burn-in or job holds it): choose another --master port"),
+    (re.compile(r"No module named '?gpuprep"), "the ranks cannot import gpuprep: install gpuprep[burnin] in the same "
+                                               "Python environment on every node"),
+    (re.compile(r"No module named '?torch"), "PyTorch is missing on a node: pip install 'gpuprep[burnin]' there"),
+    (re.compile(r"Name or service not known|nodename nor servname|Temporary failure in name resolution|"
+                r"failed to resolve|getaddrinfo"), "the --master host name does not resolve on a node"),
+)
+
+
+def setup_errors(output: str) -> List[str]:
+    return [meaning for pattern, meaning in SETUP_ERRORS if pattern.search(output)]
+
+
+def preflight(nnodes: int, node_rank: int, master: Optional[str], resolve_timeout: float = 10.0) -> None:
+    """What can be known before starting torchrun: the master resolves, and on node rank 0 (which hosts
+    the rendezvous store) its port is free. BadInput names the problem instead of a rank taking the blame."""
+    if nnodes == 1:
+        return
+    host, port = parse_master(master or "")
+    import concurrent.futures
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        pool.submit(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM).result(timeout=resolve_timeout)
+    except concurrent.futures.TimeoutError:
+        raise BadInput(f"--master {master}: resolving {host!r} took over {resolve_timeout:.0f} s") from None
+    except OSError as exc:
+        raise BadInput(f"--master {master}: {host!r} does not resolve ({exc.strerror or exc})") from None
+    finally:
+        pool.shutdown(wait=False)
+    if node_rank == 0:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("", port))
+            except OSError as exc:
+                raise BadInput(f"--master {master}: port {port} is not free on this host, which hosts the "
+                               f"rendezvous as node rank 0 ({exc.strerror}): choose another port") from None
 
 
 def torch_available() -> bool:
@@ -105,6 +147,7 @@ def launch(duration: float, nproc: int, backend: str, env: Optional[Dict[str, st
            on_progress: Optional[Callable[[dict], None]] = None) -> RunResult:
     """Run torchrun for this node. A watchdog kills the whole process group when the rendezvous has
     not completed within `rdzv_timeout`, or the run passes duration + grace."""
+    preflight(nnodes, node_rank, master)
     keep = out_dir is not None
     out_dir = out_dir or tempfile.mkdtemp(prefix="gpuprep-burnin-")
     os.makedirs(out_dir, exist_ok=True)
@@ -167,7 +210,8 @@ def launch(duration: float, nproc: int, backend: str, env: Optional[Dict[str, st
                      timed_out=timed_out, wall_seconds=wall, log_tail=output.splitlines()[-20:],
                      root_cause_rank=cause_rank, root_cause_exit=cause_exit, rendezvous_failed=rendezvous_failed,
                      nodes=nnodes, new_xids=new_xids,
-                     expected_ranks=list(range(node_rank * nproc, (node_rank + 1) * nproc)))
+                     expected_ranks=list(range(node_rank * nproc, (node_rank + 1) * nproc)),
+                     setup_errors=setup_errors(output) if proc.returncode or rendezvous_failed else [])
 
 
 def _xids():

@@ -47,6 +47,26 @@ def run_fleet(inventory: str, seconds: float, nproc: str, backend: str, master, 
     result = RunResult(ranks=ranks, world_size=world or len(ranks), exit_code=0 if not failed else 1,
                        timed_out=False, wall_seconds=time.monotonic() - start,
                        log_tail=failed + [f"no report from {h}" for h in missing_hosts],
-                       nodes=len(outcome.hosts_in_inventory))
+                       nodes=len(outcome.hosts_in_inventory),
+                       setup_errors=[problem for h, state in sorted(outcome.state.hosts.items())
+                                     for problem in _host_setup_errors(h, state, extravars["burnin_gpuprep"])])
     result.rendezvous_failed = bool(missing_hosts) and not ranks
     return result
+
+
+def _host_setup_errors(host: str, state, gpuprep: str) -> list:
+    """A host whose burn-in command could not run (unreachable, no gpuprep there, bad input on that host)
+    is a setup problem of that host, not a failed rank."""
+    from . import setup_errors
+    problems = []
+    for failure in state.failures:
+        text = failure.message
+        if failure.unreachable:
+            problems.append(f"{host} is unreachable: {text.splitlines()[0] if text else ''}")
+        elif "No such file or directory" in text and gpuprep in text:
+            problems.append(f"{host} has no {gpuprep}: install gpuprep[burnin] there at the same path as here")
+        elif "gpuprep: error:" in text:
+            problems.append(f"{host}: " + text.split("gpuprep: error:", 1)[1].strip().splitlines()[0])
+        else:
+            problems += [f"{host}: {meaning}" for meaning in setup_errors(text)]
+    return problems

@@ -20,6 +20,11 @@ def _label(rank: dict) -> str:
 
 
 def judge(run: RunResult) -> List[Finding]:
+    if run.setup_errors:
+        # the run never had a fair start: naming a rank or the rendezvous would send the operator to the wrong place
+        return [Finding("burnin.setup", "fail", "run", "The burn-in could not be set up: " + "; ".join(run.setup_errors),
+                        {"errors": run.setup_errors, "log": run.log_tail[-5:]},
+                        "Fix the named setup problem and run the burn-in again; no GPU was judged")]
     findings: List[Finding] = []
     expected = run.expected_ranks if run.expected_ranks is not None else range(run.world_size)
     missing = [r for r in expected if r not in run.ranks]

@@ -14,6 +14,7 @@ import stat
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuprep_revert_record import DamagedRecord, load as load_revert_record, write_atomic
 
 DOCUMENTATION = r"""
 module: gpuprep_converged
@@ -107,10 +108,8 @@ def main():
     if params["mode"] == "record":
         if not module.check_mode:
             os.makedirs(os.path.dirname(record_path), exist_ok=True)
-            with open(record_path + ".tmp", "w") as fh:
-                json.dump({"role": params["role"], "inputs": inputs, "observed": observe(params["watch"])}, fh,
-                          indent=1, sort_keys=True)
-            os.replace(record_path + ".tmp", record_path)
+            document = {"role": params["role"], "inputs": inputs, "observed": observe(params["watch"])}
+            write_atomic(record_path, json.dumps(document, indent=1, sort_keys=True).encode())
         module.exit_json(changed=False, recorded=record_path)
 
     try:
@@ -118,6 +117,12 @@ def main():
             recorded = json.load(fh)
     except (OSError, ValueError):
         module.exit_json(changed=False, converged=False, reason="no record of a full run")
+    try:
+        load_revert_record(os.path.dirname(record_path))
+    except DamagedRecord as exc:
+        # a full run reaches gpuprep_record, which stops the role and tells the operator what to do
+        module.exit_json(changed=False, converged=False, moved=["revert record: %s" % exc],
+                         reason="the revert record is damaged: %s" % exc)
     if recorded.get("inputs") != inputs:
         module.exit_json(changed=False, converged=False,
                          reason="the role's variables, code or the facts it reads changed")

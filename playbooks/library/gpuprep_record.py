@@ -1,13 +1,13 @@
 #!/usr/bin/python
 """Ansible module: record files, unit states and sysfs values before gpuprep first changes them,
 under STATE_DIR/ROLE/, so that `revert.yml` (module gpuprep_restore) can put them back.
-Only the first record of a thing is kept: re-running apply never overwrites the original."""
-import json
+Only the first record of a thing is kept: re-running apply never overwrites the original, and a damaged
+record stops the role (nothing changed) instead of being rebuilt from the already-changed host."""
 import os
-import shutil
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuprep_revert_record import DamagedRecord, copy_atomic, damaged_message, load, save
 
 DOCUMENTATION = r"""
 module: gpuprep_record
@@ -37,12 +37,10 @@ def main():
         "values": {"type": "list", "elements": "path", "default": []},
     }, supports_check_mode=True)
     role_dir = os.path.join(module.params["state_dir"], module.params["role"])
-    manifest_path = os.path.join(role_dir, "manifest.json")
     try:
-        with open(manifest_path) as fh:
-            manifest = json.load(fh)
-    except (OSError, ValueError):
-        manifest = {"files": {}, "units": {}, "values": {}}
+        manifest = load(role_dir)
+    except DamagedRecord as exc:
+        module.fail_json(msg=damaged_message(role_dir, exc))
     added = []
     for path in module.params["files"]:
         if path in manifest["files"]:
@@ -53,8 +51,8 @@ def main():
             entry.update(mode=stat.st_mode & 0o7777, uid=stat.st_uid, gid=stat.st_gid,
                          copy="file-%d" % len(manifest["files"]))
             if not module.check_mode:
-                os.makedirs(role_dir, exist_ok=True)
-                shutil.copy2(path, os.path.join(role_dir, entry["copy"]))
+                os.makedirs(role_dir, mode=0o700, exist_ok=True)
+                entry["sha256"] = copy_atomic(path, os.path.join(role_dir, entry["copy"]))
         manifest["files"][path] = entry
         added.append(path)
     for unit in module.params["units"]:
@@ -67,10 +65,7 @@ def main():
                 manifest["values"][path] = fh.read().strip()
             added.append(path)
     if added and not module.check_mode:
-        os.makedirs(role_dir, exist_ok=True)
-        with open(manifest_path + ".tmp", "w") as fh:
-            json.dump(manifest, fh, indent=1, sort_keys=True)
-        os.replace(manifest_path + ".tmp", manifest_path)
+        save(role_dir, manifest)
     module.exit_json(changed=bool(added), recorded=added)
 
 

@@ -1,13 +1,13 @@
 #!/usr/bin/python
 """Ansible module: put back what gpuprep_record recorded for one role (files, unit enablement
 and activity, sysfs values), then forget the record."""
-import json
 import os
 import re
 import shutil
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuprep_revert_record import DamagedRecord, damaged_message, load, write_atomic
 
 DOCUMENTATION = r"""
 module: gpuprep_restore
@@ -28,12 +28,11 @@ def main():
                            supports_check_mode=True)
     role_dir = os.path.join(module.params["state_dir"], module.params["role"])
     try:
-        with open(os.path.join(role_dir, "manifest.json")) as fh:
-            manifest = json.load(fh)
-    except OSError:
+        manifest = load(role_dir)
+    except DamagedRecord as exc:
+        module.fail_json(msg=damaged_message(role_dir, exc, reverting=True))
+    if not any(manifest.values()):
         module.exit_json(changed=False, msg="nothing recorded for this role")
-    except ValueError:
-        module.fail_json(msg=f"{role_dir}/manifest.json is corrupt; restore by hand")
     actions = []
     units = manifest.get("units", {})
 
@@ -63,9 +62,8 @@ def main():
             if not same:
                 actions.append(f"restore {path}")
                 if not module.check_mode:
-                    shutil.copy2(source, path)
+                    write_atomic(path, original, entry["mode"])
                     os.chown(path, entry["uid"], entry["gid"])
-                    os.chmod(path, entry["mode"])
         elif os.path.lexists(path):
             actions.append(f"remove {path}")
             if not module.check_mode:

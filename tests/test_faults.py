@@ -1,0 +1,200 @@
+"""Faults and hostile values against a real systemd container (reached through `docker exec`):
+values that try to run code through the env file, a damaged revert record, SIGINT/SIGTERM in the middle
+of an apply, multi-line failure reasons, secrets in the run artifacts and a host name with '/'."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, run_cli
+from nodes import docker, docker_ready, node_exec, prepare, remove_nodes, start_nodes, write_inventory
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+if not docker_ready():
+    pytest.fail("Docker engine or base image missing: run .ci/docker-setup.sh", pytrace=False)
+
+NODE = f"gpuprep-faults-{os.getpid()}"
+HOSTILE = {
+    "GPUPREP_T_SUBST": "$(touch /tmp/pwned-subst)",
+    "GPUPREP_T_BACKTICK": "`touch /tmp/pwned-backtick`",
+    "GPUPREP_T_QUOTES": "say \"hi\" and it's \\ fine; $HOME ${PATH} a;b|c&d",
+    "NCCL_DEBUG_FILE": "/var/log/nccl %h.log",
+}
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    start_nodes([NODE])
+    inventory = write_inventory(tmp_path_factory.mktemp("faults") / "inventory.yml", [NODE])
+    try:
+        prepare(inventory)
+        yield inventory
+    finally:
+        remove_nodes([NODE])
+
+
+def apply(*args, env=None, playbook="apply"):
+    done = run_cli(playbook, *args, "--json", env=env, timeout=900)
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    return done, (json.loads(done.stdout) if done.stdout.strip().startswith("{") else None)
+
+
+def python_env(argv_prefix):
+    """The environment a command sees, as JSON, printed by python3 on the node."""
+    code = "import json,os; print(json.dumps(dict(os.environ)))"
+    return json.loads(node_exec(NODE, *argv_prefix, f"python3 -c '{code}'", check=True).stdout)
+
+
+def test_hostile_values_neither_run_nor_break_a_login_and_reach_a_unit_unchanged(node):
+    done, doc = apply("-i", str(node), "--tags", "nccl_env", "-e", "nccl_env_overrides=" + json.dumps(HOSTILE))
+    assert done.returncode == 0, done.stdout + done.stderr
+    login = python_env(["bash", "-lc"])
+    for key, value in HOSTILE.items():
+        assert login.get(key) == value, (key, login.get(key))
+    assert node_exec(NODE, "sh", "-lc", "true").returncode == 0        # dash reads the same file
+    unit = ("[Service]\nType=oneshot\nEnvironmentFile=/etc/gpuprep/env\n"
+            "ExecStart=/usr/bin/python3 -c 'import json,os; json.dump(dict(os.environ), open(\"/root/unit-env.json\", \"w\"))'\n")
+    node_exec(NODE, "sh", "-c", f"cat > /etc/systemd/system/gpuprep-envtest.service <<'EOF'\n{unit}EOF", check=True)
+    node_exec(NODE, "systemctl", "daemon-reload", check=True)
+    started = node_exec(NODE, "systemctl", "start", "gpuprep-envtest.service")
+    assert started.returncode == 0, started.stderr
+    seen = json.loads(node_exec(NODE, "cat", "/root/unit-env.json", check=True).stdout)
+    for key, value in HOSTILE.items():
+        assert seen.get(key) == value, (key, seen.get(key))
+    for marker in ("/tmp/pwned-subst", "/tmp/pwned-backtick"):
+        assert node_exec(NODE, "test", "-e", marker).returncode != 0, marker
+
+
+@pytest.mark.parametrize("extra, named", [
+    ({"nccl_env_overrides": {"GPUPREP_T_NL": "a\nb"}}, "control character"),
+    ({"nccl_env_socket_ifname": "$(touch /tmp/pwned-ifname)"}, "NCCL_SOCKET_IFNAME"),
+    ({"nccl_env_overrides": {"OMP_NUM_THREADS": "4; reboot"}}, "OMP_NUM_THREADS"),
+])
+def test_values_nccl_cannot_take_are_refused_before_anything_changes(node, extra, named):
+    before = node_exec(NODE, "cat", "/etc/gpuprep/env").stdout
+    args = [item for key, value in extra.items() for item in ("-e", f"{key}={json.dumps(value)}")]
+    done, doc = apply("-i", str(node), "--tags", "nccl_env", *args)
+    assert done.returncode == 1
+    (failure,) = doc["hosts"][NODE]["failed_tasks"]
+    assert named in failure["message"] and doc["hosts"][NODE]["changed"] == 0
+    assert node_exec(NODE, "cat", "/etc/gpuprep/env").stdout == before
+    assert node_exec(NODE, "test", "-e", "/tmp/pwned-ifname").returncode != 0
+
+
+def _load_records(tmp_path):
+    """Every role's revert record on the node, loaded (and so checksum-verified) by gpuprep's own reader."""
+    from gpuprep.module_utils.gpuprep_revert_record import load
+    copy = tmp_path / "records"
+    docker("cp", f"{NODE}:/var/lib/gpuprep", str(copy))
+    return {role.name: load(str(role)) for role in copy.iterdir() if role.is_dir()}
+
+
+def test_a_damaged_record_stops_apply_and_revert_and_keeps_the_originals(node, tmp_path):
+    node_exec(NODE, "rm", "-rf", "/var/lib/gpuprep/system_tuning", "/etc/sysctl.d/90-gpuprep.conf")
+    node_exec(NODE, "sh", "-c", "echo '# the operator original' > /etc/sysctl.d/90-gpuprep.conf", check=True)
+    done, _ = apply("-i", str(node), "--tags", "system_tuning")
+    assert done.returncode == 0, done.stdout
+    records = _load_records(tmp_path)
+    saved = records["system_tuning"]["files"]["/etc/sysctl.d/90-gpuprep.conf"]
+    assert len(saved["sha256"]) == 64
+    manifest = "/var/lib/gpuprep/system_tuning/manifest.json"
+    intact = node_exec(NODE, "cat", manifest, check=True).stdout
+    node_exec(NODE, "truncate", "-s", "40", manifest, check=True)
+    applied = node_exec(NODE, "cat", "/etc/sysctl.d/90-gpuprep.conf").stdout
+
+    done, doc = apply("-i", str(node), "--tags", "system_tuning", "-e", "system_tuning_sysctls={\"vm.swappiness\": 7}")
+    assert done.returncode == 1
+    (failure,) = doc["hosts"][NODE]["failed_tasks"]
+    assert "system_tuning is damaged" in failure["message"] and "not valid JSON" in failure["message"]
+    assert "mv /var/lib/gpuprep/system_tuning" in failure["message"]
+    assert node_exec(NODE, "cat", "/etc/sysctl.d/90-gpuprep.conf").stdout == applied     # nothing changed
+    copy = f"/var/lib/gpuprep/system_tuning/{saved['copy']}"
+    assert node_exec(NODE, "cat", copy).stdout == "# the operator original\n"
+
+    done, doc = apply("-i", str(node), "--tags", "system_tuning", playbook="revert")
+    assert done.returncode == 1
+    assert any("nothing of this role was reverted" in f["message"] for f in doc["hosts"][NODE]["failed_tasks"])
+    assert node_exec(NODE, "cat", copy).stdout == "# the operator original\n"              # still kept
+
+    node_exec(NODE, "sh", "-c", f"echo 'tampered' >> {copy}", check=True)
+    node_exec(NODE, "sh", "-c", f"cat > {manifest} <<'EOF'\n{intact}\nEOF", check=True)
+    done, doc = apply("-i", str(node), "--tags", "system_tuning", playbook="revert")
+    assert done.returncode == 1
+    assert any("does not match its checksum" in f["message"] for f in doc["hosts"][NODE]["failed_tasks"]), json.dumps(doc["hosts"][NODE]["failed_tasks"])
+
+    node_exec(NODE, "sh", "-c", f"echo '# the operator original' > {copy}", check=True)
+    done, doc = apply("-i", str(node), "--tags", "system_tuning", playbook="revert")
+    assert done.returncode == 0, doc
+    assert node_exec(NODE, "cat", "/etc/sysctl.d/90-gpuprep.conf").stdout == "# the operator original\n"
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_apply_reports_each_host_and_leaves_no_half_written_file(node, tmp_path, sig, code):
+    state = tmp_path / "state"
+    env = dict(os.environ, XDG_STATE_HOME=str(state))
+    proc = subprocess.Popen([sys.executable, "-m", "gpuprep", "apply", "-i", str(node), "--full", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 600          # a bound on a hang, not a speed limit
+    events = []
+    while time.monotonic() < deadline and proc.poll() is None and len(events) < 12:
+        runs = list((state / "gpuprep" / "runs").glob("*/job_events")) if state.exists() else []
+        events = list(runs[0].iterdir()) if runs else []
+        time.sleep(0.2)
+    assert proc.poll() is None, "apply ended before it could be interrupted"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and "internal error" not in err
+    doc = json.loads(out)
+    assert doc["interrupted"] == sig.name and not doc["ok"]
+    host = doc["hosts"][NODE]
+    assert host["interrupted"] and host["interrupted_at"]
+    _load_records(tmp_path)                    # every revert record on the node still loads and verifies
+    leftovers = node_exec(NODE, "sh", "-c", "find /etc /var/lib/gpuprep -name '.ansible_tmp*' "
+                                            "-o -name '.manifest.json.*' -o -name '*.tmp'").stdout
+    assert leftovers.strip() == ""
+    again, doc = apply("-i", str(node))
+    assert again.returncode == 0, doc                         # a re-run finishes the job
+
+
+def test_multi_line_reasons_are_kept_whole(node):
+    done, doc = apply("-i", str(node), "--tags", "gpu_clocks", "-e", "gpu_clocks_by_model=not-a-dict")
+    assert done.returncode == 1
+    (failure,) = doc["hosts"][NODE]["failed_tasks"]
+    assert "Validation of arguments failed" in failure["message"]
+    assert "gpu_clocks_by_model" in failure["message"]             # the line after the first one
+    text = run_cli("apply", "-i", str(node), "--tags", "gpu_clocks", "-e", "gpu_clocks_by_model=not-a-dict",
+                   timeout=900)
+    assert "gpu_clocks_by_model" in text.stdout
+
+
+def test_artifacts_hold_no_extra_vars_and_no_controller_environment(node, tmp_path):
+    state = tmp_path / "state"
+    secret = "s3cr3t-" + os.urandom(6).hex()
+    env = {"XDG_STATE_HOME": str(state), "GPUPREP_TEST_CONTROLLER_SECRET": "ctl-" + secret}
+    done, doc = apply("-i", str(node), "--tags", "nccl_env",
+                      "-e", "nccl_env_overrides=" + json.dumps({"GPUPREP_TOKEN": secret}), env=env)
+    assert done.returncode == 0, done.stdout
+    run_dir = doc["artifacts"]
+    assert run_dir.startswith(str(state)) and os.listdir(run_dir)
+    for folder, _dirs, files in os.walk(run_dir):
+        for name in files:
+            text = open(os.path.join(folder, name), "rb").read().decode("utf-8", "replace")
+            assert secret not in text, os.path.join(folder, name)
+            assert "GPUPREP_TEST_CONTROLLER_SECRET" not in text, os.path.join(folder, name)
+    assert not os.path.exists(os.path.join(run_dir, "fact_cache"))
+    assert f'GPUPREP_TOKEN="{secret}"' in node_exec(NODE, "cat", "/etc/gpuprep/env").stdout   # yet it was applied
+
+
+def test_a_host_name_with_a_slash_is_just_a_name(node, tmp_path):
+    inventory = tmp_path / "slash.yml"
+    inventory.write_text(json.dumps({"all": {"hosts": {"rack1/" + NODE: {
+        "ansible_host": NODE, "ansible_connection": "docker", "ansible_python_interpreter": "/usr/bin/python3"}}}}))
+    done, doc = apply("-i", str(inventory), "--tags", "nccl_env", "--check")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert list(doc["hosts"]) == ["rack1/" + NODE]
