@@ -38,7 +38,7 @@ class NvLink:
 
 @dataclass
 class Gpu:
-    index: int
+    index: Optional[int]               # None: a GPU named only by its bus id, or a pasted fragment of one
     name: Optional[str] = None
     uuid: Optional[str] = None
     serial: Optional[str] = None
@@ -103,15 +103,23 @@ class Gpu:
     pcie_width_current: Optional[int] = None
     pcie_width_max: Optional[int] = None
     nvlinks: Optional[List[NvLink]] = None
+    # NVLink fabric registration (NVSwitch systems): state Completed/In Progress/Not Started, status Success/...
+    fabric_state: Optional[str] = None
+    fabric_status: Optional[str] = None
     numa_node: Optional[int] = None
     cpu_affinity: Optional[str] = None
+    # the GPU failing to answer: why it could not be queried at all ("GPU is lost", "Unknown Error" for its
+    # handle, "GPU requires reset"), and the fields it reported as an error instead of a value (ERR!, ...)
+    failure: Optional[str] = None
+    unreadable: Optional[List[str]] = None
 
 
 @dataclass
 class NvmlStatus:
     """Whether the NVIDIA management library answered, and if not, why."""
     available: Optional[bool] = None
-    # driver-not-loaded | library-not-found | version-mismatch | no-permission | not-installed | error
+    # not-installed (no NVIDIA userspace) | driver-not-loaded (userspace present, the driver does not answer)
+    # | library-not-found | version-mismatch | no-permission | no-devices | error
     reason: Optional[str] = None
     message: Optional[str] = None
     library_version: Optional[str] = None
@@ -434,11 +442,11 @@ def _merge_gpus(a: Optional[List[Gpu]], b: Optional[List[Gpu]]) -> Optional[List
             elif gpu.uuid and known.uuid and gpu.uuid == known.uuid:
                 match = i
                 break
-            elif known.index == gpu.index and not (gpu.uuid and known.uuid):
+            elif known.index is not None and known.index == gpu.index and not (gpu.uuid and known.uuid):
                 match = i
                 break
         if match is None:
             merged.append(gpu)
         else:
             merged[match] = _merge_value(merged[match], gpu)
-    return sorted(merged, key=lambda g: g.index)
+    return sorted(merged, key=lambda g: (g.index is None, g.index or 0))

@@ -34,7 +34,7 @@ class FakeNvml:
 
     # every constant and error class comes from the real binding
     def __getattr__(self, name):
-        if name.startswith(("NVML_", "NVMLError")):
+        if name.startswith(("NVML_", "NVMLError", "c_nvml")):      # constants, errors, ctypes structures
             return getattr(pynvml, name)
         raise AttributeError(name)
 
@@ -267,6 +267,20 @@ class FakeNvml:
     def nvmlDeviceGetMaxPcieLinkWidth(self, h):
         return self._field(h, "pcie_width_max")
 
+    # --- NVLink fabric (NVSwitch systems) ---------------------------------------------------
+    _FABRIC_STATES = {"Not Started": 1, "In Progress": 2, "Completed": 3}
+
+    def nvmlDeviceGetGpuFabricInfo(self, h, info):
+        gpu = self._gpu(h)
+        if gpu.fabric_state not in self._FABRIC_STATES:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        info.state = self._FABRIC_STATES[gpu.fabric_state]
+        info.status = 0 if gpu.fabric_status in (None, "Success") else _ERROR_CODES[gpu.fabric_status]
+        return pynvml.NVML_SUCCESS
+
+    def nvmlErrorString(self, code):
+        return {v: k for k, v in _ERROR_CODES.items()}.get(code, "Unknown Error")
+
     def _link(self, h, link):
         for nvlink in self._gpu(h).nvlinks or []:
             if nvlink.link == link:
@@ -291,5 +305,24 @@ class FakeNvml:
         return masks
 
 
+# NVML's error strings as nvidia-smi prints them ("Insufficient Resources"), keyed to pynvml's real codes
+_ERROR_CODES = {name[len("NVML_ERROR_"):].replace("_", " ").title(): getattr(pynvml, name)
+                for name in dir(pynvml) if name.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, name), int)}
+
+
 def fake_for(snapshot: Snapshot, lost: tuple = ()) -> FakeNvml:
     return FakeNvml(snapshot, lost)
+
+
+class FakeLostHandles(FakeNvml):
+    """NVML on a host where some GPUs cannot even be opened: nvmlDeviceGetHandleByIndex returns
+    NVML_ERROR_GPU_IS_LOST for them (what nvidia-smi reports as 'Unable to determine the device handle')."""
+
+    def __init__(self, snapshot: Snapshot, lost_handles: tuple = ()):
+        super().__init__(snapshot)
+        self._lost_handles = set(lost_handles)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        if index in self._lost_handles:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return super().nvmlDeviceGetHandleByIndex(index)

@@ -13,6 +13,7 @@ def converged(state_dir, mode, inputs, watch):
     args = json.dumps({"role": "demo", "state_dir": str(state_dir), "mode": mode, "inputs": inputs, "watch": watch})
     bindir = os.path.dirname(sys.executable)
     env = dict(os.environ, ANSIBLE_LIBRARY=str(REPO / "playbooks" / "library"), ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_MODULE_UTILS=str(REPO / "playbooks" / "module_utils"),
                ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_PYTHON_INTERPRETER=sys.executable)
     done = subprocess.run([os.path.join(bindir, "ansible"), "localhost", "-c", "local", "-m", "gpuprep_converged",
                            "-a", args], capture_output=True, text=True, env=env, timeout=120)

@@ -11,6 +11,8 @@ def ids_in_code():
     for path in list(RULES.glob("*.py")) + [REPO / "gpuprep" / "burnin" / "judge.py"]:
         found |= set(re.findall(r'Finding\(\s*"([a-z]+\.[a-z0-9-]+)"', path.read_text()))
         found |= set(re.findall(r'judge_driver_for_cuda\("([a-z]+\.[a-z0-9-]+)"', path.read_text()))
+        # ids kept in a table row: ("gpu.init-failed", "fail", ...)
+        found |= set(re.findall(r'\(\s*"([a-z]+\.[a-z0-9-]+)",\s*"(?:fail|warn|info|pass)"', path.read_text()))
     found |= {"gpu.xid", "gpu.sxid"}     # built as f"gpu.{kind}"
     return found
 

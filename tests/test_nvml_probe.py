@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from conftest import corpus
-from fake_nvml import fake_for
+from fake_nvml import FakeLostHandles, fake_for
 from gpuprep.importers import import_files, import_text
 from gpuprep.probe import collect
 from gpuprep.probe.nvml import probe
@@ -65,6 +65,26 @@ def test_a_lost_gpu_leaves_its_fields_unknown_and_the_others_intact():
     assert len(facts.gpus) == 8
     assert facts.gpus[3].name is None and facts.gpus[3].persistence_mode is None
     assert facts.gpus[4].uuid == captured.gpus[4].uuid
+
+
+def test_a_gpu_nvml_cannot_open_is_named_and_fails_the_check():
+    from gpuprep.rules import evaluate
+    captured = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
+    lost = FakeLostHandles(captured, lost_handles=(5,))
+    facts = probe(lost)
+    assert len(facts.gpus) == 8 and facts.gpus[5].failure == "NVML cannot open it: GPU is lost"
+    snap = Snapshot(gpus=facts.gpus)
+    (finding,) = [f for f in evaluate(snap) if f.id == "gpu.unreachable"]
+    assert finding.severity == "fail" and finding.subject == "GPU5" and "reboot" in finding.remedy
+
+
+def test_fabric_registration_is_read_as_nvidia_smi_words_it():
+    captured = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
+    assert captured.gpus[0].fabric_state == "Completed" and captured.gpus[0].fabric_status == "Success"
+    captured.gpus[2].fabric_status = "Insufficient Resources"      # the status of azhpc-images PR 506's capture
+    gpus = probe(fake_for(captured)).gpus
+    assert (gpus[0].fabric_state, gpus[0].fabric_status) == ("Completed", "Success")
+    assert gpus[2].fabric_status == "Insufficient Resources"
 
 
 def test_unsupported_fields_are_unknown_not_zero():

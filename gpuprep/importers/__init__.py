@@ -29,6 +29,7 @@ KINDS: List[Tuple[str, Callable[[str], bool], Importer]] = [
     ("lscpu", hostinfo.looks_like_lscpu, hostinfo.import_lscpu),
     ("nvidia-container-toolkit --version", hostinfo.looks_like_ctk_version, hostinfo.import_ctk_version),
     ("kernel log", kernel_log.looks_like_kernel_log, kernel_log.import_kernel_log),
+    ("nvidia-smi -q excerpt", nvsmi_query.looks_like_excerpt, nvsmi_query.import_text),
 ]
 
 

@@ -56,21 +56,29 @@ def import_lscpu(text: str, origin: str) -> Snapshot:
     return snap
 
 
-_NVLINK_GPU = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-f-]+)\)\s*$")
+_NVLINK_GPU = re.compile(r"^GPU (\d+): (.+?) \(UUID: ([^)]*)\)\s*$")
 _NVLINK_LINK = re.compile(r"^\s+Link (\d+): (.+?)\s*$")
+# nvidia-smi's line for a GPU none of whose links is up (capitalised "inActive" by some drivers)
+_NVLINK_NONE = re.compile(r"^\s*NVML: Unable to retrieve NVLink information as all links are inactive", re.I)
+_UUID = re.compile(r"^GPU-[0-9a-fA-F-]{8,}$")
 
 
 def looks_like_nvlink(text: str) -> bool:
-    lines = [l for l in text.splitlines() if l.strip()][:3]
-    return len(lines) >= 2 and bool(_NVLINK_GPU.match(lines[0])) and bool(_NVLINK_LINK.match(lines[1]))
+    lines = [l for l in text.splitlines() if l.strip()][:12]
+    starts = [i for i, line in enumerate(lines) if _NVLINK_GPU.match(line)]
+    return any(i + 1 < len(lines) and (_NVLINK_LINK.match(lines[i + 1]) or _NVLINK_NONE.match(lines[i + 1]))
+               for i in starts)
 
 
 def import_nvlink(text: str, origin: str) -> Snapshot:
+    """Each GPU with its links; a GPU whose links are all down has an empty list."""
     gpus: List[Gpu] = []
     for line in text.splitlines():
         head = _NVLINK_GPU.match(line)
         if head:
-            gpus.append(Gpu(index=int(head.group(1)), name=head.group(2), uuid=head.group(3), nvlinks=[]))
+            uuid = head.group(3).strip()
+            gpus.append(Gpu(index=int(head.group(1)), name=head.group(2), nvlinks=[],
+                            uuid=uuid if _UUID.match(uuid) else None))
             continue
         link = _NVLINK_LINK.match(line)
         if link and gpus:

@@ -14,13 +14,25 @@ _SXID = re.compile(r"nvidia-nvswitch\d*: SXid \(([^)]*)\):\s*(\d+),?\s*(.*)$", r
 _OFF_BUS = re.compile(r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?)"
                       r"[^\n]*?fallen off the bus", re.M)
 _CONTINUATION = re.compile(r"\n[ \t]+NVRM: ")
+_PCI = r"([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?)"
+# Messages about a GPU that carry no Xid: (kind, pattern with the bus id as group 1 when it has one, code)
+KERNEL_EVENTS = (
+    ("init-failed", re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?" + _PCI + r": RmInitAdapter failed"), lambda m: 0),
+    ("reset-required", re.compile(r"NVRM: .*Reset required \[NV_ERR_RESET_REQUIRED\]()"), lambda m: 0),
+    ("not-probed", re.compile(r"NVRM: (?:No NVIDIA (?:graphics adapter|GPU) (?:probed|found)|"
+                              r"The NVIDIA probe routine was not called for \d+ device)()"), lambda m: 0),
+    # one line per AER error; code 1 = uncorrected (non-fatal or fatal), 0 = corrected
+    ("pcie-aer", re.compile(r"\b" + _PCI + r": (?:AER: )?PCIe Bus Error: severity=(\w+)"),
+     lambda m: 0 if m.group(2).lower() == "corrected" else 1),
+)
 _BUS = re.compile(r"(?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.\d)?$")   # as Xid lines print it
 _PID = re.compile(r"pid=('?[^,']*'?),\s*")
 _NAME = re.compile(r"name=([^,]*),\s*")
 
 
 def looks_like_kernel_log(text: str) -> bool:
-    return bool(_XID.search(text) or _SXID.search(text) or _OFF_BUS.search(_joined(text)))
+    return bool(_XID.search(text) or _SXID.search(text) or _OFF_BUS.search(_joined(text))
+                or any(pattern.search(text) for _, pattern, _ in KERNEL_EVENTS))
 
 
 def _joined(text: str) -> str:
@@ -79,4 +91,12 @@ def import_kernel_log(text: str, origin: str) -> Snapshot:
         if match and not _XID.search(line) and _bus(match.group(1)) not in with_xid79:
             snap.xids.append(XidEvent(code=79, pci=_bus(match.group(1)), time=_prefix_time(line[:match.start()]),
                                       message="GPU has fallen off the bus (logged without an Xid number)"))
+    for line in lines:
+        for kind, pattern, code in KERNEL_EVENTS:
+            match = pattern.search(line)
+            if match:
+                snap.xids.append(XidEvent(code=code(match), pci=_bus(match.group(1)) if match.group(1) else None,
+                                          kind=kind, time=_prefix_time(line[:match.start()]),
+                                          message=line[match.start():].strip()[:300]))
+                break
     return snap

@@ -11,7 +11,7 @@ from ..module_utils import gpuprep_nvsmi as nvsmi
 from ..snapshot import ClockPair, Gpu, NvmlStatus, Snapshot
 
 
-def gpu_from_fields(index: int, bus_id: Optional[str], fields: Dict[str, object]) -> Gpu:
+def gpu_from_fields(index: Optional[int], bus_id: Optional[str], fields: Dict[str, object]) -> Gpu:
     gpu = Gpu(index=index, pci_bus_id=bus_id)
     for name, value in fields.items():
         if name == "supported_clocks":
@@ -30,6 +30,25 @@ def looks_like_text(text: str) -> bool:
         and re.search(r"^\s+\S.*\s:\s", head, re.M))
 
 
+_SECTION_LINE = re.compile(r"^\s*(%s)\s*$" % "|".join(re.escape(k) for k in sorted(nvsmi.GPU_SECTIONS)), re.M)
+_FIELD_LINE = re.compile(r"^\s+\S.*?\s+:\s", re.M)
+
+
+def looks_like_excerpt(text: str) -> bool:
+    """A pasted part of one GPU's `-q` report: a section heading of it ('Remapped Rows', 'Clocks Throttle
+    Reasons', ...) and indented 'Key : Value' lines, without the report's header."""
+    head = text[:8000]
+    return bool(_SECTION_LINE.search(head)) and len(_FIELD_LINE.findall(head)) >= 2
+
+
+def _indices(count: int, attached: Optional[int], bus_ids: List[Optional[str]]) -> List[Optional[int]]:
+    """A whole report lists GPUs in index order; in a part of one (fewer GPUs than it says it has, or a
+    fragment without a bus id) the position says nothing about the index."""
+    if (attached is not None and count < attached) or any(bus is None for bus in bus_ids):
+        return [None] * count
+    return list(range(count))
+
+
 def looks_like_xml(text: str) -> bool:
     return "<nvidia_smi_log" in text[:2000]
 
@@ -39,7 +58,8 @@ def import_text(text: str, origin: str) -> Snapshot:
     snap = Snapshot(sources=[origin])
     snap.software.driver_version = header["driver_version"]
     snap.software.cuda_driver_version = header["cuda_version"]
-    snap.gpus = [gpu_from_fields(i, bus, fields) for i, (bus, fields) in enumerate(blocks)]
+    indices = _indices(len(blocks), header["attached_gpus"], [bus for bus, _ in blocks])
+    snap.gpus = [gpu_from_fields(i, bus, fields) for i, (bus, fields) in zip(indices, blocks)]
     if snap.gpus or snap.software.driver_version:
         snap.nvml = NvmlStatus(available=True, attached_gpus=header["attached_gpus"])
     return snap

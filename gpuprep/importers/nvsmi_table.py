@@ -9,34 +9,45 @@ from . import values as v
 
 _HEADER = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s+(\S+)\s+CUDA Version:\s+(\S+)")
 _ROW1 = re.compile(
-    r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])"
+    r"^\|\s+(\d+)\s+(.+?)\s+(On|Off|ERR!|N/A)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])"
     r"\s+(\S+)\s*\|\s*(.*?)\s*\|\s*$")
 _ROW2 = re.compile(
     r"^\|\s*(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*/\s*(\S+)\s*\|\s*(\S+)\s*/\s*(\S+)\s*\|\s*(\S+)\s+(\S+)\s*\|\s*$")
 _ROW3 = re.compile(r"^\|\s*\|\s*\|\s*(\S+)\s*\|\s*$")
+_ROW1_CELLS = (None, "name", "persistence mode", "bus id", "display active", "volatile uncorrected ECC")
+_ROW2_CELLS = ("fan", "temperature", "performance state", "power draw", "power limit", "memory used",
+               "memory total", "utilization", "compute mode")
+ERR = "ERR!"
 
 # What nvidia-smi prints when NVML cannot start, mapped to gpuprep's reason codes.
 _FAILURES = [
     (re.compile(r"Failed to initialize NVML: Driver/library version mismatch"), "version-mismatch"),
     (re.compile(r"Failed to initialize NVML: Insufficient Permissions"), "no-permission"),
     (re.compile(r"Failed to initialize NVML: Unknown Error"), "error"),
+    # nvidia-smi is installed (it printed this): the driver is not loaded or does not answer
     (re.compile(r"couldn't communicate with the NVIDIA driver"), "driver-not-loaded"),
     (re.compile(r"NVML Shared Library Not Found|libnvidia-ml\.so.*not found", re.I), "library-not-found"),
+    (re.compile(r"^No devices were found\s*$", re.M), "no-devices"),
 ]
 _NVML_LIB = re.compile(r"NVML library version:\s*(\S+)")
+# one GPU nvidia-smi could not open: "...for GPU0000:03:00.0: Unknown Error", "...for GPU 0000:02:00.0: GPU is lost..."
+_HANDLE = re.compile(r"Unable to determine the device handle for (?:GPU|gpu)\s*"
+                     r"([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]):\s*(.+?)\s*$", re.M)
 
 
 def looks_like_table(text: str) -> bool:
-    return bool(_HEADER.search(text[:3000]))
+    head = text[:3000]
+    return bool(_HEADER.search(head)) or any(_ROW1.match(line.rstrip()) for line in head.splitlines())
 
 
 def looks_like_failure(text: str) -> bool:
     head = text[:2000]
-    return any(pattern.search(head) for pattern, _ in _FAILURES)
+    return bool(_HANDLE.search(head)) or any(pattern.search(head) for pattern, _ in _FAILURES)
 
 
 def import_failure(text: str, origin: str) -> Snapshot:
-    snap = Snapshot(sources=[origin])
+    """nvidia-smi's failure messages, and the table that may follow them (the GPUs it could open)."""
+    snap = import_table(text, origin) if looks_like_table(text) else Snapshot(sources=[origin])
     for pattern, reason in _FAILURES:
         match = pattern.search(text)
         if match:
@@ -45,10 +56,22 @@ def import_failure(text: str, origin: str) -> Snapshot:
             snap.nvml = NvmlStatus(available=False, reason=reason, message=line,
                                    library_version=lib.group(1) if lib else None)
             break
+    lost = [Gpu(index=None, pci_bus_id=m.group(1), failure=f"nvidia-smi cannot open it: {m.group(2)}")
+            for m in _HANDLE.finditer(text)]
+    if lost:
+        snap.gpus = (snap.gpus or []) + lost
+        if snap.nvml.available is None or snap.nvml.reason == "no-devices":
+            snap.nvml.available = True         # NVML started; these GPUs did not answer it
     return snap
 
 
+def _unreadable(names, values) -> List[str]:
+    return [f"{name} = {ERR}" for name, value in zip(names, values) if name and value == ERR]
+
+
 def import_table(text: str, origin: str) -> Snapshot:
+    """The table, with or without its header (a pasted part of it); ERR! in a cell is the GPU failing to
+    report that value."""
     snap = Snapshot(sources=[origin])
     header = _HEADER.search(text)
     if header:
@@ -66,8 +89,8 @@ def import_table(text: str, origin: str) -> Snapshot:
             current = Gpu(index=int(row1.group(1)))
             name = row1.group(2).strip()
             # old layouts truncate long names with '...': keep what is certain, nothing more
-            current.name = name
-            current.persistence_mode = row1.group(3) == "On"
+            current.name = None if name == ERR else name
+            current.persistence_mode = v.flag(row1.group(3))
             current.pci_bus_id = row1.group(4)
             ecc = row1.group(6).strip()
             if ecc in ("On", "Off"):
@@ -75,6 +98,7 @@ def import_table(text: str, origin: str) -> Snapshot:
             elif v.integer(ecc) is not None:
                 current.ecc_mode_current = True
                 current.ecc_volatile_uncorrected = v.integer(ecc)
+            current.unreadable = _unreadable(_ROW1_CELLS, row1.groups()) or None
             gpus.append(current)
             continue
         if current is None:
@@ -87,10 +111,13 @@ def import_table(text: str, origin: str) -> Snapshot:
             current.memory_total_mib = v.integer(row2.group(7).replace("MiB", ""))
             mode = row2.group(9)
             current.compute_mode = {"Default": "Default", "E.Process": "Exclusive_Process",
-                                    "E.Thread": "Exclusive_Thread", "Prohibited": "Prohibited"}.get(mode, mode)
+                                    "E.Thread": "Exclusive_Thread", "Prohibited": "Prohibited"}.get(mode, v.known(mode))
+            current.unreadable = (current.unreadable or []) + _unreadable(_ROW2_CELLS, row2.groups()) or None
             continue
         row3 = _ROW3.match(line)
         if row3 and current.mig_mode_current is None:
             current.mig_mode_current = v.flag(row3.group(1))
+            if row3.group(1) == ERR:
+                current.unreadable = (current.unreadable or []) + [f"MIG mode = {ERR}"]
     snap.gpus = gpus
     return snap

@@ -8,9 +8,23 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 # --- values: what nvidia-smi printed, typed; anything it could not report is None ----------
 
-_UNKNOWN = {"", "n/a", "[n/a]", "unknown", "unknown error", "not supported", "[not supported]",
-            "[unknown error]", "requested functionality has been deprecated", "insufficient permissions",
-            "[insufficient permissions]", "gpu is lost", "[gpu is lost]"}
+# What the GPU could not report because it failed to answer (nvidia-smi prints NVML's error for the field):
+# unknown to the parser, and evidence of a GPU in trouble. "N/A", "[N/A]" and "Not Supported" are not among
+# them: healthy GPUs print those for fields they lack (`--query-gpu` prints "[N/A]" for an absent fan).
+ERROR_VALUES = {"unknown error", "[unknown error]", "gpu is lost", "[gpu is lost]", "gpu requires reset",
+                "[gpu requires reset]", "err!"}
+_UNKNOWN = {"", "n/a", "[n/a]", "unknown", "not supported", "[not supported]",
+            "requested functionality has been deprecated", "insufficient permissions",
+            "[insufficient permissions]"} | ERROR_VALUES
+# Fields NVML fails to read on healthy machines too (the host side of the PCIe link, behind many
+# hypervisors and bridges: "Host Max : Unknown Error" in a healthy capture of the corpus).
+_BENIGN_ERRORS = ("Host Max", "max_host_link_gen")
+# What people add to a pasted report: "Pending : Yes   <===", "... <-- here", "# note"
+_ANNOTATION = re.compile(r"\s+(?:<[-=]{1,}|[-=]{2,}>|\(?<--|#|//|\u2190).*$")
+
+
+def is_error(value: Optional[str]) -> bool:
+    return value is not None and value.strip().lower() in ERROR_VALUES
 
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
 
@@ -75,7 +89,8 @@ def parse_text_tree(lines: Sequence[str]) -> Tree:
             stack.pop()
         match = _KEY_VALUE.match(line)
         if match:
-            node = {"key": match.group(2).strip(), "value": (match.group(3) or "").strip(), "children": []}
+            value = _ANNOTATION.sub("", (match.group(3) or "").strip())
+            node = {"key": match.group(2).strip(), "value": value, "children": []}
         else:
             node = {"key": line.strip(), "value": None, "children": []}
         stack[-1][1]["children"].append(node)
@@ -228,6 +243,8 @@ FIELDS: List[Tuple[str, Callable, List[Path], List[Path]]] = [
      [("pci", "pci_gpu_link_info", "link_widths", "current_link_width")]),
     ("pcie_width_max", _width, [("PCI", "GPU Link Info", "Link Width", "Max")],
      [("pci", "pci_gpu_link_info", "link_widths", "max_link_width")]),
+    ("fabric_state", known, [("Fabric", "State")], [("fabric", "state")]),
+    ("fabric_status", known, [("Fabric", "Status")], [("fabric", "status")]),
 ]
 
 _REASON_NAMES = {
@@ -320,18 +337,33 @@ def gpu_fields(tree: Tree, xml: bool) -> Dict[str, object]:
                 if value is not None:
                     fields[name] = value
                     break
+    fields["unreadable"] = unreadable(tree) or None
     fields["clock_event_reasons"] = _clock_event_reasons(tree, xml)
     fields["ecc_volatile_corrected"], fields["ecc_volatile_uncorrected"] = _ecc_counts(tree, xml, "volatile")
     fields["ecc_aggregate_corrected"], fields["ecc_aggregate_uncorrected"] = _ecc_counts(tree, xml, "aggregate")
     return fields
 
 
-def parse_text(text: str) -> Tuple[Dict[str, Optional[str]], List[Tuple[str, Dict[str, object]]]]:
-    """(driver/CUDA header, [(bus id, fields)]) of a `-q` text report."""
+def unreadable(tree: Tree) -> List[str]:
+    """Where the report holds an error instead of a value ('Product Brand = Unknown Error'), benign ones aside."""
+    return ["%s = %s" % (" / ".join(path), value.strip()) for path, value in _leaves(tree)
+            if is_error(value) and not any(part in _BENIGN_ERRORS for part in path)]
+
+
+# sections of one GPU's report: a pasted excerpt holding one of them is one GPU's, bus id or not
+GPU_SECTIONS = {paths[0][0] for _, _, paths, _ in FIELDS} | {"Clocks Event Reasons", "Clocks Throttle Reasons",
+                                                            "ECC Errors", "GPU Link Info", "Product Brand"}
+
+
+def parse_text(text: str) -> Tuple[Dict[str, Optional[str]], List[Tuple[Optional[str], Dict[str, object]]]]:
+    """(driver/CUDA header, [(bus id, fields)]) of a `-q` text report. An excerpt without a 'GPU <bus id>'
+    line whose fields belong to a GPU (a pasted 'Remapped Rows' block) is one GPU of unknown bus id."""
     header, blocks = split_text_gpus(text)
     top = {"driver_version": known(_get(header, ("Driver Version",))),
            "cuda_version": known(_get(header, ("CUDA Version",))),
            "attached_gpus": integer(_get(header, ("Attached GPUs",)))}
+    if not blocks and GPU_SECTIONS & set(header):
+        blocks = [(None, header)]
     return top, [(bus, gpu_fields(tree, xml=False)) for bus, tree in blocks]
 
 

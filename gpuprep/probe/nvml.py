@@ -87,9 +87,11 @@ def _read_all(nvml: Any) -> NvmlFacts:
         facts.cuda_driver_version = f"{cuda // 1000}.{(cuda % 1000) // 10}"
     count = ask(getattr(nvml, "nvmlDeviceGetCount", None)) or 0
     for index in range(count):
-        handle = ask(getattr(nvml, "nvmlDeviceGetHandleByIndex", None), index)
-        if handle is None:
-            facts.gpus.append(Gpu(index=index))   # lost or inaccessible: still counted
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        except nvml.NVMLError as exc:
+            # lost or inaccessible: still counted, and judged by what NVML said ("GPU is lost", "Unknown Error")
+            facts.gpus.append(Gpu(index=index, failure=f"NVML cannot open it: {exc}"))
             continue
         facts.gpus.append(_read_gpu(nvml, ask, index, handle))
     return facts
@@ -201,12 +203,31 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
     gpu.pcie_width_current = ask(getattr(nvml, "nvmlDeviceGetCurrPcieLinkWidth", None), h)
     gpu.pcie_width_max = ask(getattr(nvml, "nvmlDeviceGetMaxPcieLinkWidth", None), h)
     gpu.nvlinks = _nvlinks(nvml, ask, h)
+    gpu.fabric_state, gpu.fabric_status = _fabric(nvml, ask, h)
     gpu.numa_node = ask(getattr(nvml, "nvmlDeviceGetNumaNodeId", None), h)
     affinity = ask(getattr(nvml, "nvmlDeviceGetCpuAffinity", None), h, _CPU_SET_WORDS)
     if affinity is not None:
         cpus = [word * 64 + bit for word, mask in enumerate(affinity) for bit in range(64) if mask >> bit & 1]
         gpu.cpu_affinity = compress_cpulist(cpus) if cpus else None
     return gpu
+
+
+_FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}   # as nvidia-smi -q prints them
+
+
+def _fabric(nvml: Any, ask: "_Asker", h: Any):
+    """(state, status) of the GPU's NVLink fabric registration, as nvidia-smi -q's Fabric section words them;
+    (None, None) where the GPU has no fabric (state 'not supported')."""
+    info_type, query = getattr(nvml, "c_nvmlGpuFabricInfo_t", None), getattr(nvml, "nvmlDeviceGetGpuFabricInfo", None)
+    if info_type is None or query is None:
+        return None, None
+    info = info_type()
+    if ask(query, h, info) is None or info.state not in _FABRIC_STATES:
+        return None, None
+    if info.state != 3:
+        return _FABRIC_STATES[info.state], None
+    status = "Success" if info.status == 0 else _text(ask(getattr(nvml, "nvmlErrorString", None), info.status))
+    return _FABRIC_STATES[info.state], status
 
 
 def _nvlinks(nvml: Any, ask: _Asker, h: Any) -> Optional[List[NvLink]]:

@@ -51,7 +51,16 @@ def host(snapshot: Snapshot) -> str:
 
 
 def gpu_subject(gpu: Gpu) -> str:
+    if gpu.index is None:
+        return f"GPU {gpu.pci_bus_id}" if gpu.pci_bus_id else "GPU (not named in the capture)"
     return f"GPU{gpu.index}" + (f" ({gpu.pci_bus_id})" if gpu.pci_bus_id else "")
+
+
+def gpu_ref(gpu: Gpu) -> str:
+    """What `nvidia-smi -i` takes for this GPU: its index, else its bus id."""
+    if gpu.index is not None:
+        return str(gpu.index)
+    return gpu.pci_bus_id or "<gpu>"
 
 
 def _load_areas() -> None:

@@ -14,9 +14,18 @@ _NVML_REASONS = {
         "fail", "NVML refused access: insufficient permissions",
         "Run as root or give the user access to /dev/nvidia* (inside containers: use the NVIDIA runtime)"),
     "driver-not-loaded": (
-        "info", "No NVIDIA driver is loaded on this host",
-        "Install the NVIDIA driver (e.g. `apt install nvidia-driver-<branch>-server` or your distro's package) "
-        "and reboot"),
+        "fail", "The NVIDIA userspace (nvidia-smi, libnvidia-ml) is installed but the driver does not answer: "
+                "the kernel module is not loaded or failed to load",
+        "Drain the node; check `dmesg` for NVRM errors and `modprobe nvidia` for why it fails (a DKMS build "
+        "missing for the running kernel, Secure Boot refusing an unsigned module, nouveau holding the GPUs: "
+        "`gpuprep apply --tags system_tuning_nouveau`); reboot. Inside a container: start it with the NVIDIA "
+        "runtime (`--gpus all`)"),
+    "no-devices": (
+        "fail", "The driver answers but sees no GPU",
+        "On bare metal: drain, check `lspci -d 10de:` and `dmesg` for RmInitAdapter or fallen-off-the-bus errors, "
+        "and the BIOS (Above 4G decoding, Resizable BAR); reseat or RMA. In a VM: the GPU is not passed through. "
+        "In a container: it was started without the devices (`--gpus all`, the NVIDIA runtime). In a scheduler "
+        "job: the job was given no GPU (request one, e.g. `--gres=gpu:N`)"),
     "not-installed": (
         "info", "No NVIDIA driver on this host",
         "Install the NVIDIA driver if this host should have GPUs"),

@@ -1,11 +1,12 @@
 """gpu.*: the state of each GPU — errors in the kernel log, memory health, clocks, power, links."""
 from __future__ import annotations
 
+import re
 from collections import Counter, OrderedDict
 
 from .. import knowledge as kb
 from ..snapshot import normalize_bus_id
-from . import Finding, all_gpus, gpu_subject, host, rule
+from . import Finding, all_gpus, gpu_ref, gpu_subject, host, rule
 
 _XID_SOURCE = "NVIDIA Xid Catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html)"
 _RESOLUTION = {
@@ -18,39 +19,173 @@ _RESOLUTION = {
 }
 _CLASS = {"fatal": "fail", "app": "warn", "info": "info"}
 _HW_THROTTLE = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+# the most specific reason decides what to look at
+_THROTTLE_ACTIONS = (
+    ("hw_power_brake_slowdown", "An external power-brake signal holds the clocks down: check the platform's power "
+                                "supplies and the BMC's power policy (not the GPU); drain until it clears"),
+    ("hw_thermal_slowdown", "The GPU is at its hardware thermal limit: check airflow, fans and inlet temperature"),
+    ("sw_thermal_slowdown", "The driver slows the GPU for heat: check airflow, fans and inlet temperature"),
+    ("hw_slowdown", "Hardware slowdown (thermal or power brake) is active: check cooling and the power supplies; "
+                    "drain if it persists"),
+)
 _RETIRED_PAGE_LIMIT = 64   # NVIDIA: a board may retire up to 64 pages; RMA well before that
 _RETIRED_PAGE_NEAR = 60
 
 
+# The driver states the recovery it wants in Xid 154's own line ("... changed from 0x0 (None) to 0x1 (GPU
+# Reset Required)"); NVIDIA's catalog lists the actions. That line, not the code, decides the verdict.
+_RECOVERY_ACTION = re.compile(r"recovery action changed from .*? to (0x[0-9a-fA-F]+)\s*\(([^)]*)\)", re.I)
+_RECOVERY = {
+    "none": ("info", "the driver needs no recovery any more"),
+    "gpu reset required": ("fail", "drain the GPU and reset it (`nvidia-smi -r -i {index}`), as the driver asks"),
+    "node reboot required": ("fail", "drain the node and reboot it, as the driver asks"),
+    "drain p2p": ("fail", "drain peer-to-peer traffic (stop the jobs using this GPU's NVLink/P2P), then reset the GPU"),
+    "drain and reset": ("fail", "drain the GPU's work, then reset it (`nvidia-smi -r -i {index}`), as the driver asks"),
+}
+# NVLink5 (GB200/B200) Xids 144-150 say in their line whether the error was fatal (NVIDIA's decode table)
+_NVLINK5 = range(144, 151)
+_NVLINK5_NONFATAL = ("warn", "non-fatal NVLink error, corrected by the link: watch for repeats on the same link")
+_NVLINK5_FATAL = ("fail", "drain and reset the GPU (`nvidia-smi -r -i {index}`) or reboot; if it repeats, check "
+                          "the NVLink cabling/trays and the peer GPU or switch")
+
+
+def _xid_verdict(code: int, message: str, row: dict):
+    """(severity, action) for one Xid line: the catalog's resolution, refined by what the line says."""
+    if code == 154:
+        match = _RECOVERY_ACTION.search(message or "")
+        if match:
+            return _RECOVERY.get(match.group(2).strip().lower(),
+                                 ("fail", f"follow the driver's recovery action '{match.group(2).strip()}'"))
+    if code == 45:
+        cause = re.search(r"caused by previous Xid (\d+)", message or "")
+        if cause and int(cause.group(1)) != 45:
+            # a channel torn down because of an earlier Xid: that Xid decides (its line may not be in the paste)
+            severity, action = _xid_verdict(int(cause.group(1)), "", kb.xid_catalog().get(int(cause.group(1)), {}))
+            return severity, f"caused by Xid {cause.group(1)}: {action}"
+    if code == 63 and "reset gpu to activate" in (message or "").lower():
+        return ("warn", "a row remap waits for a GPU reset: if `nvidia-smi -q -d ROW_REMAPPER` still says Pending: "
+                        "Yes, drain and reset the GPU (`nvidia-smi -r -i {index}`)")
+    if code in _NVLINK5:
+        words = (message or "").lower()
+        if "nonfatal" in words or "non-fatal" in words:
+            return _NVLINK5_NONFATAL
+        if "fatal" in words:
+            return _NVLINK5_FATAL
+    resolution = row.get("nvidia_resolution", "")
+    return _RESOLUTION.get(resolution, (_CLASS.get(row.get("severity_class", ""), "warn"),
+                                        f"follow NVIDIA's {resolution or 'catalog'} guidance"))
+
+
 @rule
 def xid(snap, ctx):
-    events = snap.xids or []
     groups = OrderedDict()
-    for event in events:
-        key = (event.kind, event.code, normalize_bus_id(event.pci) if event.pci else None)
-        groups.setdefault(key, []).append(event)
+    for event in snap.xids or []:
+        if event.kind not in ("xid", "sxid"):
+            continue
+        pci = normalize_bus_id(event.pci) if event.pci else None
+        if event.kind == "sxid":
+            row = kb.sxid_catalog().get(event.code, {})
+            verdict = (_CLASS.get(row.get("severity_class", ""), "warn"),
+                       row.get("nvidia_recovery") or "see NVIDIA Fabric Manager guide, appendix D")
+        else:
+            verdict = _xid_verdict(event.code, event.message, kb.xid_catalog().get(event.code, {}))
+        groups.setdefault((event.kind, event.code, pci, verdict), []).append(event)
     findings = []
-    for (kind, code, pci), seen in groups.items():
+    for (kind, code, pci, (severity, action)), seen in groups.items():
         gpu = snap.gpu_by_bus(pci) if pci else None
         subject = gpu_subject(gpu) if gpu else (f"PCI {pci}" if pci else host(snap))
         if kind == "sxid":
             row = kb.sxid_catalog().get(code, {})
-            severity = _CLASS.get(row.get("severity_class", ""), "warn")
-            remedy = row.get("nvidia_recovery") or "see NVIDIA Fabric Manager guide, appendix D"
             title = f"NVSwitch SXid {code} ({row.get('name', 'unknown')}) seen {len(seen)}x"
             source = row.get("source")
         else:
             row = kb.xid_catalog().get(code, {})
-            resolution = row.get("nvidia_resolution", "")
-            severity, action = _RESOLUTION.get(resolution, (_CLASS.get(row.get("severity_class", ""), "warn"),
-                                                             f"follow NVIDIA's {resolution or 'catalog'} guidance"))
-            remedy = action.format(index=gpu.index if gpu else "<gpu>")
             title = f"Xid {code} ({row.get('description', 'not in the catalog')}) seen {len(seen)}x"
             source = _XID_SOURCE
         evidence = {"code": code, "count": len(seen), "pci": pci, "last": seen[-1].time,
                     "message": seen[-1].message}
-        findings.append(Finding(f"gpu.{kind}", severity, subject, title, evidence, remedy, source))
+        findings.append(Finding(f"gpu.{kind}", severity, subject, title, evidence,
+                                action.format(index=gpu_ref(gpu) if gpu else (pci or "<gpu>")), source))
     return findings
+
+
+# Kernel-log messages about a GPU that are not Xids (kernel_log.KERNEL_EVENTS reads them)
+_KERNEL_EVENTS = {
+    "init-failed": ("gpu.init-failed", "fail", "The driver could not initialise the GPU (RmInitAdapter failed)",
+                    "Drain and reboot; if it persists, check the BIOS (Above 4G decoding, Resizable BAR), then "
+                    "reseat the GPU or RMA it"),
+    "reset-required": ("gpu.reset-required", "fail", "The driver reports that the GPU requires a reset "
+                                                     "(NV_ERR_RESET_REQUIRED)",
+                       "Drain and reset the GPU (`nvidia-smi -r`), or reboot if the reset fails"),
+    "not-probed": ("driver.not-probed", "fail", "The NVIDIA driver did not take the GPUs (no adapter probed)",
+                   "Another driver (nouveau, a framebuffer driver) owns them: blacklist it "
+                   "(`gpuprep apply --tags system_tuning_nouveau`), rebuild the initramfs and reboot"),
+    "pcie-aer": ("sys.pcie-aer", "warn", "PCIe errors reported by AER",
+                 "Corrected errors in bursts point at the slot, riser or cable of the devices below that port: "
+                 "reseat or inspect them at the next drain; uncorrected ones fail the link"),
+}
+
+
+@rule
+def kernel_events(snap, ctx):
+    groups = OrderedDict()
+    for event in snap.xids or []:
+        if event.kind in _KERNEL_EVENTS:
+            key = (event.kind, normalize_bus_id(event.pci) if event.pci else None, event.code)
+            groups.setdefault(key, []).append(event)
+    out = []
+    for (kind, pci, code), seen in groups.items():
+        finding_id, severity, title, remedy = _KERNEL_EVENTS[kind]
+        if kind == "pcie-aer" and code:      # code 1: an uncorrected (non-fatal or fatal) error
+            severity, title = "fail", "Uncorrected PCIe errors reported by AER"
+        gpu = snap.gpu_by_bus(pci) if pci else None
+        subject = gpu_subject(gpu) if gpu else (f"PCI {pci}" if pci else host(snap))
+        out.append(Finding(finding_id, severity, subject, f"{title}, {len(seen)}x",
+                           {"count": len(seen), "pci": pci, "last": seen[-1].time, "message": seen[-1].message},
+                           remedy, "NVIDIA driver (NVRM) kernel messages; Linux PCIe AER"))
+    return out
+
+
+# What to do about a GPU that does not answer, by what nvidia-smi or NVML said (first match wins)
+_NO_ANSWER_ACTIONS = (
+    ("is lost", "The GPU is lost (Xid 79 class): drain and reboot, as the driver asks; if it recurs, check power, "
+                "cabling and seating, then RMA"),
+    ("requires reset", "Drain and reset the GPU (`nvidia-smi -r -i {ref}`), or reboot if the reset fails"),
+    ("", "Drain the node and look in the kernel log for the Xid (79, 119, 154 are usual); reset the GPU "
+         "(`nvidia-smi -r -i {ref}`) or reboot; if it recurs, reseat or RMA"),
+)
+_IDENTITY_FIELDS = ("name", "Product Name", "Product Brand", "Product Architecture", "GPU UUID", "Serial Number",
+                    "VBIOS Version", "Minor Number")
+_UNANSWERED_FIELDS = 3     # this many fields read as errors: the GPU, not one sensor, is failing
+
+
+def _no_answer_action(text: str, gpu) -> str:
+    low = text.lower()
+    return next(action for key, action in _NO_ANSWER_ACTIONS if key in low).format(ref=gpu_ref(gpu))
+
+
+@rule
+def unanswered(snap, ctx):
+    """A GPU that could not be queried at all, or reported errors instead of values. Its identity (name,
+    brand, UUID) or several fields unreadable means the GPU stopped answering; one sensor alone is a warning
+    (a transient ERR! on a power reading is known to clear by itself)."""
+    out = []
+    source = "nvidia-smi/NVML error values; NVIDIA GPU debug guidelines"
+    for gpu in all_gpus(snap):
+        errors = gpu.unreadable or []
+        identity = [e for e in errors if e.split(" = ")[0].split(" / ")[0] in _IDENTITY_FIELDS]
+        if gpu.failure or identity or len(errors) >= _UNANSWERED_FIELDS:
+            what = gpu.failure or "; ".join(errors[:4]) + (f" and {len(errors) - 4} more" if len(errors) > 4 else "")
+            out.append(Finding("gpu.unreachable", "fail", gpu_subject(gpu), f"The GPU does not answer: {what}",
+                               {"failure": gpu.failure, "unreadable": errors or None},
+                               _no_answer_action(" ".join([gpu.failure or ""] + errors), gpu), source))
+        elif errors:
+            out.append(Finding("gpu.sensor-unreadable", "warn", gpu_subject(gpu),
+                               "The GPU could not report " + ", ".join(e.split(" = ")[0] for e in errors),
+                               {"unreadable": errors},
+                               "Watch it: if it persists or spreads to other fields, drain and reset the GPU "
+                               f"(`nvidia-smi -r -i {gpu_ref(gpu)}`)", source))
+    return out
 
 
 @rule
@@ -100,8 +235,8 @@ def throttle(snap, ctx):
                                "GPU clocks held down by " + ", ".join(hard),
                                {"active_reasons": reasons, "temperature_c": gpu.temperature_c,
                                 "power_draw_w": gpu.power_draw_w},
-                               "Check cooling, power supply and power brake signals; drain if it persists",
-                               "NVML clocks event reasons"))
+                               next(action for reason, action in _THROTTLE_ACTIONS if reason in hard),
+                               "NVML clocks event reasons (nvmlClocksEventReasons)"))
         elif "sw_power_cap" in reasons:
             idle = "gpu_idle" in reasons or (gpu.power_draw_w is not None and gpu.power_limit_w and
                                              gpu.power_draw_w < 0.5 * gpu.power_limit_w)
@@ -127,7 +262,7 @@ def ecc(snap, ctx):
             out.append(Finding("gpu.ecc-disabled", severity, gpu_subject(gpu),
                                "ECC is disabled" + (" (enabled after the next reset)" if pending else ""),
                                {"ecc_current": False, "ecc_pending": pending},
-                               f"nvidia-smi -i {gpu.index} -e 1 && reboot (or reset the GPU)",
+                               f"nvidia-smi -i {gpu_ref(gpu)} -e 1 && reboot (or reset the GPU)",
                                "nvidia-smi -q ECC section"))
         unc = gpu.ecc_volatile_uncorrected
         if unc:
@@ -155,7 +290,7 @@ def row_remap(snap, ctx):
                                evidence, "Drain the node and RMA the GPU", source))
         elif gpu.remapped_rows_pending:
             out.append(Finding("gpu.row-remap", "fail", gpu_subject(gpu), "A row remap is pending",
-                               evidence, f"Drain and reset the GPU (`nvidia-smi -r -i {gpu.index}`) to apply it",
+                               evidence, f"Drain and reset the GPU (`nvidia-smi -r -i {gpu_ref(gpu)}`) to apply it",
                                source))
         elif (gpu.remapped_rows_uncorrectable or 0) > 512:
             out.append(Finding("gpu.row-remap", "fail", gpu_subject(gpu),
@@ -179,7 +314,7 @@ def retired_pages(snap, ctx):
         source = "NVIDIA dynamic page retirement documentation"
         if gpu.retired_pages_pending:
             out.append(Finding("gpu.retired-pages", "fail", gpu_subject(gpu), "A page retirement is pending",
-                               evidence, f"Drain and reset the GPU (`nvidia-smi -r -i {gpu.index}`) or reboot",
+                               evidence, f"Drain and reset the GPU (`nvidia-smi -r -i {gpu_ref(gpu)}`) or reboot",
                                source))
         elif total >= _RETIRED_PAGE_NEAR:
             out.append(Finding("gpu.retired-pages", "fail", gpu_subject(gpu),
@@ -187,6 +322,55 @@ def retired_pages(snap, ctx):
                                "Plan an RMA", source))
         else:
             out.append(Finding("gpu.retired-pages", "pass", gpu_subject(gpu), f"{total} retired pages", evidence))
+    return out
+
+
+@rule
+def pcie_width(snap, ctx):
+    """A current link width below the maximum on a GPU at work is a slot, riser or link-training problem. An
+    idle GPU may run a narrower link (nvidia-smi --help-query-gpu: the current width 'may be reduced when the
+    GPU is not in use'), so idle it is only noted; four healthy captures of the corpus show x8 of x16 at P8."""
+    out = []
+    for gpu in all_gpus(snap):
+        now, most = gpu.pcie_width_current, gpu.pcie_width_max
+        if now is None or most is None:
+            continue
+        if now < most and "gpu_idle" in (gpu.clock_event_reasons or []):
+            out.append(Finding("gpu.pcie-width", "info", gpu_subject(gpu), f"PCIe link at x{now} of x{most} while idle",
+                               {"current_width": now, "max_width": most, "idle": True},
+                               "Look again under load (`gpuprep burnin`, or nvidia-smi while a job runs): a narrow "
+                               "link at work is a slot or riser problem", "nvidia-smi --help-query-gpu"))
+        elif now < most:
+            out.append(Finding("gpu.pcie-width", "warn", gpu_subject(gpu), f"PCIe link runs at x{now} of x{most}",
+                               {"current_width": now, "max_width": most, "current_gen": gpu.pcie_gen_current},
+                               f"Reseat the GPU or its riser/cable at the next drain and check the slot's "
+                               f"bifurcation setting in the BIOS (x{now} cuts host-device bandwidth to {now}/{most}). "
+                               "In a cloud VM it can be the instance's wiring (AWS g4dn/g5 GPUs report x8 of x16): "
+                               "compare with a sister instance before acting",
+                               "nvidia-smi -q PCI / GPU Link Info"))
+        else:
+            out.append(Finding("gpu.pcie-width", "pass", gpu_subject(gpu), f"PCIe link at its full width x{most}"))
+    return out
+
+
+@rule
+def fabric(snap, ctx):
+    """On NVSwitch systems each GPU registers with the NVLink fabric (fabric manager); until it has, CUDA
+    fails with 'system not yet initialized' (error 802) and NCCL cannot use NVLink."""
+    out = []
+    for gpu in all_gpus(snap):
+        state, status = gpu.fabric_state, gpu.fabric_status
+        if state is None and status is None:
+            continue
+        evidence = {"state": state, "status": status}
+        if (status and status.lower() != "success") or (state and state.lower() in ("in progress", "not started")):
+            out.append(Finding("gpu.fabric", "fail", gpu_subject(gpu),
+                               f"Not registered with the NVLink fabric: state {state or '?'}, status {status or '?'}",
+                               evidence, "Drain; check that nvidia-fabricmanager (NVLSM on Blackwell) runs and matches "
+                               "the driver version (`systemctl status nvidia-fabricmanager`, its log), then restart "
+                               "it or reboot", "NVIDIA Fabric Manager user guide"))
+        else:
+            out.append(Finding("gpu.fabric", "pass", gpu_subject(gpu), "Registered with the NVLink fabric", evidence))
     return out
 
 
@@ -250,7 +434,7 @@ def mixed_models(snap, ctx):
 def mig(snap, ctx):
     return [Finding("gpu.mig-enabled", "info", gpu_subject(g), "MIG mode is enabled",
                     {"mig_current": True, "mig_pending": g.mig_mode_pending, "mig_devices": g.mig_devices},
-                    f"For full-GPU training: nvidia-smi -i {g.index} -mig 0 (then reset the GPU)")
+                    f"For full-GPU training: nvidia-smi -i {gpu_ref(g)} -mig 0 (then reset the GPU)")
             for g in all_gpus(snap) if g.mig_mode_current]
 
 
@@ -258,7 +442,7 @@ def mig(snap, ctx):
 def compute_mode(snap, ctx):
     return [Finding("gpu.compute-mode", "warn", gpu_subject(g), f"Compute mode is {g.compute_mode}",
                     {"compute_mode": g.compute_mode},
-                    f"nvidia-smi -i {g.index} -c DEFAULT (Prohibited blocks CUDA; Exclusive allows one process)")
+                    f"nvidia-smi -i {gpu_ref(g)} -c DEFAULT (Prohibited blocks CUDA; Exclusive allows one process)")
             for g in all_gpus(snap) if g.compute_mode and g.compute_mode != "Default"]
 
 

@@ -4,12 +4,12 @@ in step). --skip and --only accept these and their areas, nothing else."""
 CHECK_IDS = frozenset({
     "compat.cudnn-cuda", "compat.nccl-cuda", "compat.toolkit-driver", "compat.torch-arch", "compat.torch-cpu-only",
     "compat.torch-driver", "container.docker-missing", "container.nvidia-runtime-missing", "container.toolkit-old",
-    "driver.mixed", "driver.nvml-unavailable", "env.cuda-visible-devices", "env.nccl-ib-disabled",
+    "driver.mixed", "driver.not-probed", "driver.nvml-unavailable", "env.cuda-visible-devices", "env.nccl-ib-disabled",
     "env.nccl-socket-ifname", "env.omp-threads", "gpu.app-clocks-below-max", "gpu.capture-incomplete", "gpu.clock-throttle",
-    "gpu.compute-mode", "gpu.count", "gpu.ecc-disabled", "gpu.ecc-uncorrectable", "gpu.mig-enabled",
-    "gpu.mixed-models", "gpu.pcie-degraded", "gpu.persistence-off", "gpu.retired-pages", "gpu.row-remap", "gpu.sxid",
-    "gpu.temperature", "gpu.xid", "numa.cores-per-gpu", "numa.gpu-balance", "numa.host-size", "numa.memory-per-gpu",
-    "sys.cpu-governor", "sys.iommu", "sys.memlock", "sys.nouveau-loaded", "sys.numa-balancing",
+    "gpu.compute-mode", "gpu.count", "gpu.ecc-disabled", "gpu.ecc-uncorrectable", "gpu.fabric", "gpu.init-failed", "gpu.mig-enabled",
+    "gpu.mixed-models", "gpu.pcie-degraded", "gpu.pcie-width", "gpu.reset-required", "gpu.sensor-unreadable", "gpu.persistence-off", "gpu.retired-pages", "gpu.row-remap", "gpu.sxid",
+    "gpu.temperature", "gpu.unreachable", "gpu.xid", "numa.cores-per-gpu", "numa.gpu-balance", "numa.host-size", "numa.memory-per-gpu",
+    "sys.cpu-governor", "sys.iommu", "sys.memlock", "sys.nouveau-loaded", "sys.numa-balancing", "sys.pcie-aer",
     "sys.peermem-missing", "sys.shm-size", "sys.thp", "topo.gpu-nic-affinity", "topo.nvlink-inactive",
     "topo.p2p-path", "topo.rdma-nics",
 })

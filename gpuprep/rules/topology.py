@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..importers.topo import gpu_pairs, nic_device_name
+from .. import knowledge as kb
 from . import Finding, all_gpus, gpu_subject, host, rule
 
 _NEAR = ("PIX", "PXB")
@@ -33,22 +34,34 @@ def p2p_path(snap, ctx):
 
 @rule
 def nvlink_inactive(snap, ctx):
+    """Links down beside links up are a fault. No link up at all is a fault where NVLink is part of the board
+    (SXM) or other GPUs of the host have theirs up; with bridge-only NVLink it may just mean no bridge."""
     out = []
+    any_up = any(l.active for g in all_gpus(snap) for l in g.nvlinks or [])
+    source = "nvidia-smi nvlink --status"
     for gpu in all_gpus(snap):
-        links = gpu.nvlinks or []
-        down = [l.link for l in links if l.active is False]
-        if not links:
+        links = gpu.nvlinks
+        if links is None:
             continue
-        if down and len(down) < len(links):
+        down = [l.link for l in links if l.active is False]
+        if links and not down:
+            out.append(Finding("topo.nvlink-inactive", "pass", gpu_subject(gpu), f"{len(links)} NVLinks active"))
+        elif down and len(down) < len(links):
             out.append(Finding("topo.nvlink-inactive", "fail", gpu_subject(gpu),
                                f"{len(down)} of {len(links)} NVLinks inactive", {"inactive_links": down},
-                               "Drain the node; check the fabric manager (`systemctl status nvidia-fabricmanager`) "
-                               "and reseat/RMA the baseboard", "nvidia-smi nvlink --status"))
-        elif down:
-            out.append(Finding("topo.nvlink-inactive", "warn", gpu_subject(gpu), "All NVLinks inactive",
-                               {"inactive_links": down}, "Check the NVLink bridge or fabric manager"))
+                               "Drain the node; reset the GPUs or reboot; if the links stay down, check the fabric "
+                               "manager (`systemctl status nvidia-fabricmanager`) and reseat or RMA the baseboard",
+                               source))
+        elif (kb.gpu_model(gpu.name) or {}).get("nvlink_form") == "baseboard" or any_up:
+            out.append(Finding("topo.nvlink-inactive", "fail", gpu_subject(gpu),
+                               "No NVLink of this GPU is active, on a system whose GPUs are NVLink-connected",
+                               {"inactive_links": down or "all"},
+                               "Drain the node; check the fabric manager / NVLink subnet manager, reset the GPU or "
+                               "reboot; if it persists, run the field diagnostics and reseat or RMA", source))
         else:
-            out.append(Finding("topo.nvlink-inactive", "pass", gpu_subject(gpu), f"{len(links)} NVLinks active"))
+            out.append(Finding("topo.nvlink-inactive", "info", gpu_subject(gpu), "No NVLink active",
+                               {"inactive_links": down or "all"},
+                               "Expected without an NVLink bridge; with one, reseat it"))
     return out
 
 
