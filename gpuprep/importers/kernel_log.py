@@ -10,6 +10,9 @@ from ..snapshot import Snapshot, XidEvent
 # older drivers write `Xid (0000:03:00): 14, ...` without `PCI:`; a malformed id still counts the Xid
 _XID = re.compile(r"NVRM: Xid \(([^)]*)\):\s*(\d+),?\s*(.*)$", re.M)
 _SXID = re.compile(r"nvidia-nvswitch\d*: SXid \(([^)]*)\):\s*(\d+),?\s*(.*)$", re.M)
+# the same errors as the fabric manager logs them: "detected NVSwitch non-fatal error 12028 on fid 0 on NVSwitch
+# pci bus id 00000000:86:00.0 physical id 3 port 61"
+_FM_SXID = re.compile(r"detected NVSwitch ((?:non-)?fatal) error (\d+).*?pci bus id ([0-9A-Fa-f:.]+)(.*)$", re.M)
 # "fallen off the bus" without an Xid number (one line, or NVRM's multi-line message) means Xid 79
 _OFF_BUS = re.compile(r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?)"
                       r"[^\n]*?fallen off the bus", re.M)
@@ -31,7 +34,7 @@ _NAME = re.compile(r"name=([^,]*),\s*")
 
 
 def looks_like_kernel_log(text: str) -> bool:
-    return bool(_XID.search(text) or _SXID.search(text) or _OFF_BUS.search(_joined(text))
+    return bool(_XID.search(text) or _SXID.search(text) or _FM_SXID.search(text) or _OFF_BUS.search(_joined(text))
                 or any(pattern.search(text) for _, pattern, _ in KERNEL_EVENTS))
 
 
@@ -92,6 +95,12 @@ def import_kernel_log(text: str, origin: str) -> Snapshot:
             snap.xids.append(XidEvent(code=79, pci=_bus(match.group(1)), time=_prefix_time(line[:match.start()]),
                                       message="GPU has fallen off the bus (logged without an Xid number)"))
     for line in lines:
+        fm = _FM_SXID.search(line)
+        if fm:
+            snap.xids.append(XidEvent(code=int(fm.group(2)), pci=_bus(fm.group(3)), kind="sxid",
+                                      time=_prefix_time(line[:fm.start()]),
+                                      message=f"{fm.group(1)} (fabric manager){fm.group(4)}".strip()))
+            continue
         for kind, pattern, code in KERNEL_EVENTS:
             match = pattern.search(line)
             if match:

@@ -87,6 +87,8 @@ def xid(snap, ctx):
             row = kb.sxid_catalog().get(event.code, {})
             verdict = (_CLASS.get(row.get("severity_class", ""), "warn"),
                        row.get("nvidia_recovery") or "see NVIDIA Fabric Manager guide, appendix D")
+            if (event.message or "").lower().startswith("non-fatal"):      # the fabric manager's own word
+                verdict = ("warn", "non-fatal NVSwitch error: watch for repeats on the same port; " + verdict[1])
         else:
             verdict = _xid_verdict(event.code, event.message, kb.xid_catalog().get(event.code, {}))
         groups.setdefault((event.kind, event.code, pci, verdict), []).append(event)
