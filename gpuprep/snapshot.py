@@ -308,6 +308,23 @@ class Snapshot:
         return None
 
 
+# Counts and sizes that cannot be below zero; a negative one is a corrupted capture or snapshot, never a
+# reason to fail a GPU (a negative error count once read as "errors" and earned RMA advice)
+_SIGNED_GPU_FIELDS = {"temperature_c", "temperature_slowdown_c", "temperature_shutdown_c",
+                      "temperature_max_operating_c", "memory_temperature_c"}
+
+
+def out_of_range(snap: "Snapshot") -> Optional[str]:
+    """The first value no GPU can have ('gpus[2].ecc_volatile_uncorrected = -3'), or None."""
+    for position, gpu in enumerate(snap.gpus or []):
+        for f in dataclasses.fields(gpu):
+            value = getattr(gpu, f.name)
+            if f.name not in _SIGNED_GPU_FIELDS and isinstance(value, (int, float)) \
+                    and not isinstance(value, bool) and value < 0:
+                return f"gpus[{position}].{f.name} = {value}: cannot be negative"
+    return None
+
+
 def normalize_bus_id(bus_id: str) -> str:
     """'00000000:18:00.0', '0000:18:00.0' and kernel-log 'PCI:0000:18:00' name the same device."""
     text = bus_id.strip().lower()

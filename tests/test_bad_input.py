@@ -3,6 +3,7 @@ says what is wrong in one line, never prints a traceback or "internal error", ne
 timeout bounds it), and leaves the files it was pointed at as they were."""
 import json
 import os
+import socket
 import re
 import stat
 
@@ -29,6 +30,8 @@ def files(tmp_path_factory):
         "snap_index_bool": '{"schema": "gpuprep.snapshot/1", "gpus": [{"index": true}]}',
         "snap_nan": '{"schema": "gpuprep.snapshot/1", "gpus": [{"index": 0, "temperature_c": NaN}]}',
         "snap_inf": '{"schema": "gpuprep.snapshot/1", "gpus": [{"index": 0, "power_draw_w": Infinity}]}',
+        "snap_negative_ecc": '{"schema": "gpuprep.snapshot/1", "gpus": [{"index": 0, "ecc_volatile_uncorrected": -3}]}',
+        "snap_negative_pages": '{"schema": "gpuprep.snapshot/1", "gpus": [{"index": 1, "retired_pages_double_bit": -64}]}',
         "snap_gpu_list": '{"schema": "gpuprep.snapshot/1", "gpus": [[1]]}',
         "snap_system_list": '{"schema": "gpuprep.snapshot/1", "system": [1]}',
         "xml_broken": "<nvidia_smi_log><gpu id='0'>", "xml_entity": '<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa">'
@@ -58,7 +61,15 @@ def files(tmp_path_factory):
     readonly.mkdir()
     readonly.chmod(stat.S_IRUSR | stat.S_IXUSR)
     paths["readonly_dir"] = str(readonly)
+    holder = socket.socket()                  # a port some other job holds, for the burn-in's rendezvous
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    _HELD.append(holder)
+    paths["taken_port"] = holder.getsockname()[1]
     return paths
+
+
+_HELD = []
 
 
 def _p(name):
@@ -91,6 +102,10 @@ CASES = [
     ("snap-index-bool", lambda f: ["check", "--from", f["snap_index_bool"]], 2, r"malformed snapshot: expected int"),
     ("snap-nan", lambda f: ["check", "--from", f["snap_nan"]], 2, r"malformed snapshot"),
     ("snap-inf", lambda f: ["check", "--from", f["snap_inf"]], 2, r"malformed snapshot: expected a finite"),
+    ("snap-negative-ecc", lambda f: ["check", "--from", f["snap_negative_ecc"]], 2,
+     r"gpus\[0\]\.ecc_volatile_uncorrected = -3: cannot be negative"),
+    ("snap-negative-pages", lambda f: ["check", "--from", f["snap_negative_pages"]], 2,
+     r"retired_pages_double_bit = -64: cannot be negative"),
     ("snap-gpu-list", lambda f: ["check", "--from", f["snap_gpu_list"]], 2, r"malformed snapshot"),
     ("snap-system-list", lambda f: ["check", "--from", f["snap_system_list"]], 2, r"malformed snapshot"),
     ("xml-broken", lambda f: ["check", "--from", f["xml_broken"]], 2, r"malformed nvidia-smi XML"),
@@ -159,6 +174,9 @@ CASES = [
     ("nccl-from-binary", lambda f: ["nccl-env", "--from", f["binary"]], 2, r"binary file"),
     # burnin: checked before anything runs
     ("burnin-duration-word", lambda f: ["burnin", "--duration", "soon"], 2, r"not a duration"),
+    ("burnin-master-port-taken", lambda f: ["burnin", "--nnodes", "2", "--node-rank", "0", "--master",
+                                            f"127.0.0.1:{f['taken_port']}", "--duration", "5s"], 2,
+     r"port \d+ is not free on this host.*choose another port"),
     ("burnin-duration-short", lambda f: ["burnin", "--duration", "1s"], 2, r"between 5s and 24h"),
     ("burnin-duration-long", lambda f: ["burnin", "--duration", "100h"], 2, r"between 5s and 24h"),
     ("burnin-duration-negative", lambda f: ["burnin", "--duration", "-5s"], 2, r"between 5s and 24h|not a duration"),

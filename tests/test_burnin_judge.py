@@ -78,3 +78,30 @@ def test_sampler_reports_the_enforced_power_limit_of_a_real_capture():
     reading = sample(0, fake_for(snap))
     assert reading["power_limit_w"] == snap.gpus[0].power_enforced_limit_w == 700.0
     assert reading["max_sm_clock_mhz"] == 1980 and reading["pci_bus_id"] == snap.gpus[0].pci_bus_id
+
+
+def test_a_setup_error_is_named_instead_of_blaming_a_rank_or_the_rendezvous():
+    from gpuprep.burnin import setup_errors
+    log = ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+           "address. port: 29517, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+    run = RunResult(ranks={}, world_size=4, exit_code=1, timed_out=False, wall_seconds=3.0, log_tail=[log],
+                    root_cause_rank=0, root_cause_exit=1, rendezvous_failed=True, nodes=2,
+                    setup_errors=setup_errors(log))
+    findings = judge(run)
+    assert [f.id for f in findings] == ["burnin.setup"]
+    assert findings[0].severity == "fail" and "already in use" in findings[0].title
+
+
+def test_a_host_without_gpuprep_is_a_setup_error_of_that_host():
+    from gpuprep.ansible.reducer import RunState, reduce
+    from gpuprep.burnin.fleet import _host_setup_errors
+    state = RunState()
+    reduce(state, {"event": "runner_on_failed", "event_data": {"host": "node2", "task": "Run this node's ranks",
+                   "res": {"msg": "[Errno 2] No such file or directory: b'/opt/gpuprep/bin/gpuprep'", "rc": 2}}}, 0.0)
+    reduce(state, {"event": "runner_on_failed", "event_data": {"host": "node3", "task": "Run this node's ranks",
+                   "res": {"msg": "non-zero return code", "rc": 2,
+                           "stderr": "gpuprep: error: PyTorch is not installed: pip install 'gpuprep[burnin]'"}}}, 0.0)
+    problems = [p for name in ("node2", "node3")
+                for p in _host_setup_errors(name, state.hosts[name], "/opt/gpuprep/bin/gpuprep")]
+    assert problems == ["node2 has no /opt/gpuprep/bin/gpuprep: install gpuprep[burnin] there at the same path as here",
+                        "node3: PyTorch is not installed: pip install 'gpuprep[burnin]'"]

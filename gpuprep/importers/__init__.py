@@ -41,15 +41,20 @@ def sniff(text: str) -> Optional[str]:
 
 
 def import_text(text: str, origin: str) -> Snapshot:
+    from ..snapshot import out_of_range
     for kind, test, importer in KINDS:
         if test(text):
             try:
-                return importer(text, origin)
+                snap = importer(text, origin)
             except BadInput:
                 raise
             except Exception as exc:  # a capture we recognised but could not read
                 raise BadInput(f"{origin}: looks like {kind} output but could not be read "
                                f"({type(exc).__name__}: {exc})") from None
+            problem = out_of_range(snap)
+            if problem:
+                raise BadInput(f"{origin}: impossible value in {kind}: {problem}")
+            return snap
     raise BadInput(f"{origin}: unrecognised file (expected nvidia-smi, nvidia-smi -q [-x], "
                    f"topo -m, nvlink --status, numactl -H, lscpu, a kernel log or a gpuprep snapshot)")
 
