@@ -198,3 +198,77 @@ def test_a_host_name_with_a_slash_is_just_a_name(node, tmp_path):
     done, doc = apply("-i", str(inventory), "--tags", "nccl_env", "--check")
     assert done.returncode == 0, done.stdout + done.stderr
     assert list(doc["hosts"]) == ["rack1/" + NODE]
+
+
+def _gpus_on_node():
+    from gpuprep.module_utils.gpuprep_nvsmi import parse_xml
+    _header, gpus = parse_xml(node_exec(NODE, "nvidia-smi", "-q", "-x", check=True).stdout)
+    return [fields for _bus, fields, _element in gpus]
+
+
+def _fake_state(change):
+    """Set what the fake driver reports for a GPU (a load held below its lock, an admin's earlier setting)."""
+    state = json.loads(node_exec(NODE, "cat", "/var/lib/fake-nvidia/state.json").stdout or "{}")
+    change(state)
+    node_exec(NODE, "sh", "-c", f"cat > /var/lib/fake-nvidia/state.json <<'EOF'\n{json.dumps(state)}\nEOF", check=True)
+
+
+def test_revert_restores_each_gpus_power_limit_and_releases_the_locks(node):
+    apply("-i", str(node), playbook="revert")
+    node_exec(NODE, "rm", "-rf", "/var/lib/gpuprep/gpu_clocks")
+    original = _gpus_on_node()
+    node_exec(NODE, "nvidia-smi", "-i", "1", "-pl", "180", check=True)       # an admin's limit before gpuprep
+    done, doc = apply("-i", str(node), "--tags", "gpu_persistence,gpu_clocks", "-e", "gpu_clocks_power_limit_w=200")
+    assert done.returncode == 0, doc
+    applied = _gpus_on_node()
+    assert [g["power_limit_w"] for g in applied] == [200.0, 200.0]
+    assert [g["clock_graphics_mhz"] for g in applied] == [2100, 2100]          # locked at the maximum
+    # the GPUs stay initialised throughout (the fake driver never tears them down): only revert can undo it
+    done, doc = apply("-i", str(node), "--tags", "gpu_clocks", playbook="revert")
+    assert done.returncode == 0, doc
+    reverted = _gpus_on_node()
+    assert [g["power_limit_w"] for g in reverted] == [original[0]["power_limit_w"], 180.0]
+    assert [g["clock_graphics_mhz"] for g in reverted] == [g["clock_graphics_mhz"] for g in original]
+
+
+def test_a_gpu_held_below_its_lock_by_the_power_cap_is_neither_drifted_nor_failed(node):
+    done, _ = apply("-i", str(node), "--tags", "gpu_persistence,gpu_clocks")
+    assert done.returncode == 0
+    _fake_state(lambda s: s["0"].update(held_at=1740, held_by=["sw_power_cap"]))   # a job at the power cap
+    done, doc = apply("-i", str(node), "--tags", "gpu_clocks", "--full")
+    assert done.returncode == 0, doc
+    assert doc["hosts"][NODE]["changed"] == 0, doc["hosts"][NODE]["changed_tasks"]
+    _fake_state(lambda s: s["0"].update(held_at=1740, held_by=[]))       # below the lock for no reason: lost
+    done, doc = apply("-i", str(node), "--tags", "gpu_clocks")
+    assert done.returncode == 0, doc
+    assert any("Re-apply the plan" in t for t in doc["hosts"][NODE]["changed_tasks"]), doc["hosts"][NODE]
+    assert _gpus_on_node()[0]["clock_graphics_mhz"] == 2100                  # re-locked
+
+
+def test_gpu_clocks_without_persistence_stops_before_changing_anything(node):
+    node_exec(NODE, "nvidia-smi", "-i", "0", "-pm", "0", check=True)
+    try:
+        done, doc = apply("-i", str(node), "--tags", "gpu_clocks", "--full", "-e", "gpu_clocks_graphics_mhz=1800")
+        assert done.returncode == 1
+        (failure,) = doc["hosts"][NODE]["failed_tasks"]
+        assert "without persistence mode" in failure["message"] and "Nothing was changed" in failure["message"]
+        assert doc["hosts"][NODE]["changed"] == 0
+        assert _gpus_on_node()[1]["clock_graphics_mhz"] == 2100                  # still the earlier lock
+    finally:
+        node_exec(NODE, "nvidia-smi", "-i", "0", "-pm", "1", check=True)
+
+
+def test_the_boot_script_applies_every_gpu_past_one_that_refuses(node):
+    done, _ = apply("-i", str(node), "--tags", "gpu_persistence,gpu_clocks")
+    assert done.returncode == 0
+    conf = node_exec(NODE, "cat", "/etc/gpuprep/clocks.conf", check=True).stdout
+    node_exec(NODE, "nvidia-smi", "-rgc", check=True)                        # a driver reload lost the locks
+    stale = conf.replace("\n0 locked", "\n7 locked", 1)          # GPU 0's line now names a GPU that is gone
+    node_exec(NODE, "sh", "-c", f"cat > /etc/gpuprep/clocks.conf <<'EOF'\n{stale}EOF", check=True)
+    try:
+        done = node_exec(NODE, "/usr/local/sbin/gpuprep-apply-clocks")
+        assert done.returncode == 1
+        assert "GPU 7 refused -lgc" in done.stderr and "No devices were found" in done.stderr
+        assert _gpus_on_node()[1]["clock_graphics_mhz"] == 2100             # the GPU after the refusal: applied
+    finally:
+        node_exec(NODE, "sh", "-c", f"cat > /etc/gpuprep/clocks.conf <<'EOF'\n{conf}EOF", check=True)

@@ -247,6 +247,11 @@ FIELDS: List[Tuple[str, Callable, List[Path], List[Path]]] = [
     ("fabric_status", known, [("Fabric", "Status")], [("fabric", "status")]),
 ]
 
+# Clock event reasons under which a GPU runs below its locked clock by design (power cap, thermal or power-brake
+# slowdown): the lock still holds, and the clock returns to it when the reason clears
+HOLDING_REASONS = ("sw_power_cap", "hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown",
+                   "hw_power_brake_slowdown")
+
 _REASON_NAMES = {
     "idle": "gpu_idle", "gpu_idle": "gpu_idle",
     "applications clocks setting": "applications_clocks_setting",

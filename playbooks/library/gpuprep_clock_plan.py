@@ -4,6 +4,7 @@ the requested values, or fail with the supported list before anything on the hos
 Also names the GPUs that do not run their plan now (`drifted`), so the role re-applies it."""
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpuprep_gputable import clock_locks, read_table
+from ansible.module_utils.gpuprep_nvsmi import HOLDING_REASONS
 
 DOCUMENTATION = r"""
 module: gpuprep_clock_plan
@@ -70,17 +71,27 @@ def main():
     if errors:
         module.fail_json(msg="; ".join(errors))
     by_index = {gpu["index"]: gpu for gpu in module.params["gpus"]}
-    module.exit_json(changed=False, plan=plans,
-                     drifted=[plan["index"] for plan in plans if not runs_plan(by_index[plan["index"]], plan)])
+    reasons = {plan["index"]: drift(by_index[plan["index"]], plan) for plan in plans}
+    module.exit_json(changed=False, plan=plans, drifted=[i for i, why in reasons.items() if why],
+                     drift_reasons=[why for why in reasons.values() if why],
+                     needs_persistence=[g["index"] for g in module.params["gpus"] if not g.get("persistence")])
 
 
-def runs_plan(gpu, plan):
-    """Whether the GPU reports the planned graphics clock (the condition the role verifies)."""
+def drift(gpu, plan):
+    """Why the GPU does not run its plan, or None when it does. A locked GPU reporting less than its lock
+    while a documented reason holds it there (power cap, thermal or power-brake slowdown) still runs it."""
     if plan["method"] == "locked":
-        return gpu.get("clock_graphics") == plan["graphics"]
-    if plan["method"] == "app":
-        return gpu.get("app_graphics") == plan["graphics"]
-    return True
+        clock = gpu.get("clock_graphics")
+        if clock == plan["graphics"]:
+            return None
+        held = [r for r in gpu.get("clock_event_reasons") or [] if r in HOLDING_REASONS]
+        if clock is not None and clock < plan["graphics"] and held:
+            return None
+        return (f"GPU {plan['index']} reports {clock} MHz, locked at {plan['graphics']} MHz planned"
+                + (" (no power or thermal reason holds it below)" if clock is not None and clock < plan["graphics"] else ""))
+    if plan["method"] == "app" and gpu.get("app_graphics") != plan["graphics"]:
+        return f"GPU {plan['index']} has application clocks {gpu.get('app_graphics')} MHz, planned {plan['graphics']} MHz"
+    return None
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ options:
   files: {type: list, elements: path, default: []}
   units: {type: list, elements: str, default: []}
   values: {type: list, elements: path, default: []}
+  gpus: {type: list, elements: dict, default: [], description: gpuprep_gpu_facts GPUs; power limit and clocks kept by UUID}
+  gpu_plan: {type: list, elements: dict, default: [], description: gpuprep_clock_plan's plan (what gpuprep will set)}
 """
 
 
@@ -28,6 +30,25 @@ def unit_state(name):
     return {"enabled": ask("is-enabled"), "active": ask("is-active")}
 
 
+def record_gpus(recorded, gpus, plan):
+    """Each GPU's power limit and application clocks before gpuprep first sets them, by UUID (indices can
+    change between boots), and whether gpuprep locks its clocks (the driver cannot report an earlier lock,
+    so revert releases the locks gpuprep set and restores the rest exactly)."""
+    planned = {p["index"]: p for p in plan}
+    added = []
+    for gpu in gpus:
+        uuid = gpu.get("uuid")
+        if not uuid or uuid in recorded:
+            continue
+        method = planned.get(gpu.get("index"), {}).get("method", "none")
+        recorded[uuid] = {"index": gpu.get("index"), "name": gpu.get("name"), "power_limit": gpu.get("power_limit"),
+                          "app_graphics": gpu.get("app_graphics"), "app_memory": gpu.get("app_memory"),
+                          "locked": method == "locked",
+                          "locked_memory": bool(planned.get(gpu.get("index"), {}).get("lock_memory"))}
+        added.append(uuid)
+    return added
+
+
 def main():
     module = AnsibleModule(argument_spec={
         "role": {"type": "str", "required": True},
@@ -35,12 +56,17 @@ def main():
         "files": {"type": "list", "elements": "path", "default": []},
         "units": {"type": "list", "elements": "str", "default": []},
         "values": {"type": "list", "elements": "path", "default": []},
+        "gpus": {"type": "list", "elements": "dict", "default": []},
+        "gpu_plan": {"type": "list", "elements": "dict", "default": []},
     }, supports_check_mode=True)
     role_dir = os.path.join(module.params["state_dir"], module.params["role"])
     try:
         manifest = load(role_dir)
     except DamagedRecord as exc:
         module.fail_json(msg=damaged_message(role_dir, exc))
+    # GPUs are recorded with the role's first record only (or when the record already keeps GPUs): a record
+    # written by an older gpuprep that kept none was made after its GPUs had been changed
+    keeps_gpus = not manifest["files"] or bool(manifest["gpus"])
     added = []
     for path in module.params["files"]:
         if path in manifest["files"]:
@@ -64,6 +90,8 @@ def main():
             with open(path) as fh:
                 manifest["values"][path] = fh.read().strip()
             added.append(path)
+    if keeps_gpus:
+        added += record_gpus(manifest["gpus"], module.params["gpus"], module.params["gpu_plan"])
     if added and not module.check_mode:
         save(role_dir, manifest)
     module.exit_json(changed=bool(added), recorded=added)

@@ -15,6 +15,7 @@ short_description: Undo gpuprep's changes for one role
 options:
   role: {type: str, required: true}
   state_dir: {type: path, default: /var/lib/gpuprep}
+  nvidia_smi: {type: str, default: nvidia-smi}
 """
 
 
@@ -22,9 +23,35 @@ def systemctl(*args):
     return subprocess.run(["systemctl", *args], capture_output=True, text=True)
 
 
+def restore_gpus(recorded, nvidia_smi, check_mode):
+    """Each recorded GPU (found by UUID wherever it sits now) back to its recorded power limit and application
+    clocks, and its clocks unlocked where gpuprep locked them. Returns (actions, refusals)."""
+    actions, refused = [], []
+    for uuid, was in sorted(recorded.items()):
+        steps = []
+        if was.get("locked"):
+            steps.append(["-rgc"])
+        if was.get("locked_memory"):
+            steps.append(["-rmc"])
+        if was.get("app_graphics") and was.get("app_memory"):
+            steps.append(["-ac", "%d,%d" % (was["app_memory"], was["app_graphics"])])
+        if was.get("power_limit"):
+            steps.append(["-pl", "%g" % was["power_limit"]])
+        for step in steps:
+            actions.append("GPU %s: nvidia-smi %s" % (uuid, " ".join(step)))
+            if check_mode:
+                continue
+            done = subprocess.run([nvidia_smi, "-i", uuid] + step, capture_output=True, text=True)
+            if done.returncode != 0:
+                said = (done.stderr or done.stdout).strip().splitlines()
+                refused.append("GPU %s refused %s: %s" % (uuid, " ".join(step), said[-1] if said else done.returncode))
+    return actions, refused
+
+
 def main():
     module = AnsibleModule(argument_spec={"role": {"type": "str", "required": True},
-                                          "state_dir": {"type": "path", "default": "/var/lib/gpuprep"}},
+                                          "state_dir": {"type": "path", "default": "/var/lib/gpuprep"},
+                                          "nvidia_smi": {"type": "str", "default": "nvidia-smi"}},
                            supports_check_mode=True)
     role_dir = os.path.join(module.params["state_dir"], module.params["role"])
     try:
@@ -33,7 +60,7 @@ def main():
         module.fail_json(msg=damaged_message(role_dir, exc, reverting=True))
     if not any(manifest.values()):
         module.exit_json(changed=False, msg="nothing recorded for this role")
-    actions = []
+    actions, refused = restore_gpus(manifest.get("gpus", {}), module.params["nvidia_smi"], module.check_mode)
     units = manifest.get("units", {})
 
     def current(unit):
@@ -92,6 +119,9 @@ def main():
                         fh.write(wanted)
                 except OSError as exc:
                     module.fail_json(msg=f"cannot restore {path}: {exc}", actions=actions)
+    if refused:
+        # the record stays, so a revert after the GPU is back restores what is left
+        module.fail_json(msg="; ".join(refused), actions=actions, changed=bool(actions))
     if not module.check_mode:
         shutil.rmtree(role_dir, ignore_errors=True)
     module.exit_json(changed=bool(actions), actions=actions)
