@@ -272,3 +272,69 @@ def test_the_boot_script_applies_every_gpu_past_one_that_refuses(node):
         assert _gpus_on_node()[1]["clock_graphics_mhz"] == 2100             # the GPU after the refusal: applied
     finally:
         node_exec(NODE, "sh", "-c", f"cat > /etc/gpuprep/clocks.conf <<'EOF'\n{conf}EOF", check=True)
+
+
+UNITS = REPO / "tests" / "data" / "units"       # real packaged units, provenance in PROVENANCE.tsv
+LAYOUTS = {
+    # name: (unit file text or None for a .run install without a unit, the daemon's path, its --user)
+    "ubuntu-560": ((UNITS / "ubuntu.pop-os.nvidia-compute-utils-560.nvidia-persistenced.service").read_text(),
+                   "/usr/bin/nvidia-persistenced", "nvidia-persistenced"),
+    "ubuntu-580": ((UNITS / "ubuntu.canonical.nvidia-compute-utils-580.nvidia-persistenced.service").read_text(),
+                   "/usr/bin/nvidia-persistenced", "nvidia-persistenced"),
+    "nvidia-rhel": ((UNITS / "nvidia-yum.rhel.nvidia-persistenced.service").read_text(),
+                    "/usr/sbin/nvidia-persistenced", "nvidia-persistenced"),
+    # Debian builds its unit from NVIDIA's template with `sed s/__USER__/nvpd/` (debian/rules)
+    "debian": ((UNITS / "nvidia-upstream.nvidia-persistenced.service.template").read_text().replace("__USER__", "nvpd"),
+               "/usr/bin/nvidia-persistenced", "nvpd"),
+    "no-unit": (None, "/usr/bin/nvidia-persistenced", None),
+}
+
+
+def _persistence():
+    return [g["persistence_mode"] for g in _gpus_on_node()]
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_persistence_on_each_packaged_layout_survives_a_reboot_and_reverts(node, layout):
+    unit, daemon, user = LAYOUTS[layout]
+    vendor = "/lib/systemd/system/nvidia-persistenced.service"
+    apply("-i", str(node), "--tags", "gpu_persistence,gpu_clocks", playbook="revert")
+    node_exec(NODE, "systemctl", "stop", "nvidia-persistenced")
+    node_exec(NODE, "rm", "-rf", "/var/lib/gpuprep/gpu_persistence", "/etc/systemd/system/nvidia-persistenced.service",
+              "/etc/systemd/system/nvidia-persistenced.service.d", vendor)
+    if daemon != "/usr/bin/nvidia-persistenced":
+        node_exec(NODE, "mv", "/usr/bin/nvidia-persistenced", daemon, check=True)
+    if unit:
+        node_exec(NODE, "sh", "-c", f"cat > {vendor} <<'EOF'\n{unit}EOF", check=True)
+    node_exec(NODE, "systemctl", "daemon-reload", check=True)
+    node_exec(NODE, "nvidia-smi", "-pm", "0", check=True)
+    before = node_exec(NODE, "systemctl", "cat", "nvidia-persistenced").stdout
+    try:
+        done, doc = apply("-i", str(node), "--tags", "gpu_persistence")
+        assert done.returncode == 0, doc
+        assert _persistence() == [True, True]
+        assert node_exec(NODE, "systemctl", "is-active", "nvidia-persistenced").stdout.strip() == "active"
+        argv = node_exec(NODE, "cat", "/run/nvidia-persistenced/argv", check=True).stdout.split()
+        assert "--persistence-mode" in argv and "--no-persistence-mode" not in argv
+        assert (argv[argv.index("--user") + 1] if "--user" in argv else None) == user     # privilege drop kept
+        again, doc = apply("-i", str(node), "--tags", "gpu_persistence", "--full")
+        assert again.returncode == 0 and doc["hosts"][NODE]["changed"] == 0, doc["hosts"][NODE]["changed_tasks"]
+        # a reboot: the daemon is gone and the GPUs de-initialised; booting starts multi-user.target
+        node_exec(NODE, "systemctl", "stop", "nvidia-persistenced", check=True)
+        node_exec(NODE, "nvidia-smi", "-pm", "0", check=True)
+        wanted = node_exec(NODE, "systemctl", "list-dependencies", "--plain", "multi-user.target").stdout
+        assert "nvidia-persistenced.service" in wanted
+        node_exec(NODE, "systemctl", "start", "multi-user.target", check=True)
+        assert node_exec(NODE, "systemctl", "is-active", "nvidia-persistenced").stdout.strip() == "active"
+        assert _persistence() == [True, True]
+        done, doc = apply("-i", str(node), "--tags", "gpu_persistence", playbook="revert")
+        assert done.returncode == 0, doc
+        assert node_exec(NODE, "systemctl", "cat", "nvidia-persistenced").stdout == before
+    finally:
+        node_exec(NODE, "systemctl", "stop", "nvidia-persistenced")
+        node_exec(NODE, "rm", "-rf", vendor, "/etc/systemd/system/nvidia-persistenced.service.d",
+                  "/etc/systemd/system/multi-user.target.d/gpuprep-persistenced.conf")
+        if daemon != "/usr/bin/nvidia-persistenced":
+            node_exec(NODE, "mv", daemon, "/usr/bin/nvidia-persistenced")
+        node_exec(NODE, "systemctl", "daemon-reload")
+        apply("-i", str(node), "--tags", "gpu_persistence")        # back to the layout the other tests use

@@ -4,6 +4,8 @@ when XML is unavailable) through gpuprep's one nvidia-smi parser (module_utils/g
 whether nvidia-persistenced and its unit are installed. One call for
 what the GPU roles need to know, so a play reads it once. Read-only; safe in check mode."""
 import os
+import re
+import shlex
 import shutil
 import subprocess
 
@@ -61,12 +63,36 @@ def read_gpus(exe):
     return [as_facts(i, bus, fields) for i, (bus, fields) in enumerate(blocks)], None
 
 
+def vendor_unit(text):
+    """What a packaged nvidia-persistenced unit says: the daemon it runs, the user it drops privileges to
+    (--user; Ubuntu nvidia-persistenced, Debian nvpd, NVIDIA's RHEL packages nvidia-persistenced), whether it
+    has an [Install] section (Ubuntu's is started by udev and has none) and StopWhenUnneeded."""
+    exec_start = re.findall(r"^ExecStart=(\S.*)$", text, re.M)
+    argv = shlex.split(exec_start[-1]) if exec_start else []
+    user = argv[argv.index("--user") + 1] if "--user" in argv[:-1] else None
+    return {"exec": argv[0] if argv else None, "user": user,
+            "static": not re.search(r"^\[Install\]", text, re.M),
+            "stop_when_unneeded": bool(re.search(r"^StopWhenUnneeded=(yes|true|1|on)\s*$", text, re.M | re.I))}
+
+
+def persistenced_facts(daemon):
+    facts = {"daemon": os.path.exists(daemon), "unit": False, "unit_path": None, "exec": None, "user": None,
+             "static": False, "stop_when_unneeded": False}
+    for path in PERSISTENCED_UNITS:
+        if os.path.exists(path):
+            with open(path) as fh:
+                facts.update(vendor_unit(fh.read()), unit=True, unit_path=path)
+            break
+    if not facts["daemon"] and facts["exec"]:
+        facts["daemon"] = os.path.exists(facts["exec"])       # e.g. /usr/sbin in NVIDIA's RHEL packages
+    return facts
+
+
 def main():
     module = AnsibleModule(argument_spec={"nvidia_smi": {"type": "str", "default": "nvidia-smi"},
                                           "persistenced": {"type": "path", "default": "/usr/bin/nvidia-persistenced"}},
                            supports_check_mode=True)
-    persistenced = {"daemon": os.path.exists(module.params["persistenced"]),
-                    "unit": any(os.path.exists(path) for path in PERSISTENCED_UNITS)}
+    persistenced = persistenced_facts(module.params["persistenced"])
     exe = shutil.which(module.params["nvidia_smi"])
     if exe is None:
         module.exit_json(changed=False, ansible_facts={"gpuprep_gpu_present": False, "gpuprep_gpus": [],
