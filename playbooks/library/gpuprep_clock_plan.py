@@ -28,7 +28,16 @@ def plan_gpu(gpu, request, power, table):
                       f"supported: {sorted(supported, reverse=True)}")
     allowed = supported.get(memory, [])
     graphics = request.get("graphics") or (max(allowed) if allowed else gpu.get("max_graphics"))
-    if allowed and graphics not in allowed:
+    locked, locked_memory = clock_locks(table, gpu.get("name"), gpu.get("architecture"))
+    # `-lgc MIN,MAX` takes any clock in the supported range (the driver clamps to its steps); `-ac MEM,GR` only
+    # an exact supported pair
+    in_range = bool(allowed) and allowed[0] <= graphics <= allowed[-1]
+    if allowed and locked and not in_range:
+        return None, (f"GPU {gpu['index']} ({gpu.get('name')}): graphics clock {graphics} MHz is not supported with "
+                      f"memory {memory} MHz; locked clocks take {allowed[0]}..{allowed[-1]} MHz")
+    if allowed and locked and graphics not in allowed:
+        graphics = max(g for g in allowed if g <= graphics)   # between two steps: the step below, as reported
+    if allowed and not locked and graphics not in allowed:
         return None, (f"GPU {gpu['index']} ({gpu.get('name')}): graphics clock {graphics} MHz is not supported with "
                       f"memory {memory} MHz; supported: {allowed[-1]}..{allowed[0]} MHz ({len(allowed)} steps: "
                       f"{', '.join(str(g) for g in sorted(allowed, reverse=True)[:8])}, ...)")
@@ -38,7 +47,6 @@ def plan_gpu(gpu, request, power, table):
             not gpu["power_min"] <= power <= gpu["power_max"]:
         return None, (f"GPU {gpu['index']} ({gpu.get('name')}): power limit {power} W outside "
                       f"{gpu['power_min']}..{gpu['power_max']} W")
-    locked, locked_memory = clock_locks(table, gpu.get("name"), gpu.get("architecture"))
     if locked:
         method = "locked"
     elif gpu.get("app_graphics") is not None:
