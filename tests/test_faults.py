@@ -155,6 +155,10 @@ def test_an_interrupted_apply_reports_each_host_and_leaves_no_half_written_file(
     host = doc["hosts"][NODE]
     assert host["interrupted"] and host["interrupted_at"]
     _load_records(tmp_path)                    # every revert record on the node still loads and verifies
+    import psutil
+    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+            if str(node) in " ".join(p.info["cmdline"] or []) and "ansible-playbook" in " ".join(p.info["cmdline"] or [])]
+    assert left == [], left                    # nothing of the cancelled run lives on (Mitogen's mux included)
     leftovers = node_exec(NODE, "sh", "-c", "find /etc /var/lib/gpuprep -name '.ansible_tmp*' "
                                             "-o -name '.manifest.json.*' -o -name '*.tmp'").stdout
     assert leftovers.strip() == ""

@@ -222,6 +222,7 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
     while not events.empty():
         reduce(state, events.get(), time.monotonic())
     if caught:
+        _reap(os.path.join(artifacts, ident))
         interrupt(state, signal.Signals(caught[0]).name)
     if on_update:
         on_update(state)
@@ -244,6 +245,19 @@ def _drain(events: "queue.Queue[dict]", runner, state: RunState,
         reduce(state, event, time.monotonic())
         if on_update:
             on_update(state)
+
+
+def _reap(run_dir: str) -> None:
+    """Kill what a cancelled run left behind. ansible-runner kills ansible-playbook's process group, but
+    Mitogen's connection multiplexer is a fork of it in a session of its own and would live on. Every process
+    of the run carries the run's directory in its environment (AWX_ISOLATED_DATA_DIR, set by ansible-runner)."""
+    import psutil
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.pid != os.getpid() and proc.environ().get("AWX_ISOLATED_DATA_DIR") == run_dir:
+                proc.kill()
+        except (psutil.Error, OSError):
+            continue
 
 
 @contextlib.contextmanager
