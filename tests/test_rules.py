@@ -5,7 +5,7 @@ import pytest
 from conftest import corpus
 from gpuprep.importers import import_files, import_text
 from gpuprep.rules import Context, evaluate
-from gpuprep.snapshot import RdmaDevice, Toolkit, TorchInfo
+from gpuprep.snapshot import RdmaDevice, Snapshot, Toolkit, TorchInfo
 
 
 def load(*names):
@@ -118,13 +118,13 @@ def test_mixed_models_mig_compute_mode():
 
 @pytest.mark.parametrize("log,code,severity", [
     ("xid119-dell-xe9680.dmesg.txt", 119, "fail"),     # GSP timeout: reset the GPU
-    ("xid63-a100-sxm4-80gb.syslog-line.txt", 63, "info"),   # row-remap event: informational
+    ("xid63-a100-sxm4-80gb.syslog-line.txt", 63, "warn"),   # "reset gpu to activate": a remap may wait for it
     ("xid13-xid43.dmesg-iso.txt", 13, "warn"),         # graphics exception: restart the app
     ("xid13-xid43.dmesg-iso.txt", 43, "info"),
     ("xid64-xid94-imbue-h100.dmesg-lines.txt", 64, "fail"),
     ("xid64-xid94-imbue-h100.dmesg-lines.txt", 94, "warn"),
     ("xid149-xid154-gb200.kmsg-lines.txt", 149, "fail"),
-    ("xid149-xid154-gb200.kmsg-lines.txt", 154, "info"),
+    ("xid149-xid154-gb200.kmsg-lines.txt", 154, "fail"),    # the lines ask for Drain and Reset / GPU Reset
 ])
 def test_xid_follows_the_catalog(log, code, severity):
     found = [f for f in evaluate(load(log)) if f.id == "gpu.xid" and f.evidence["code"] == code]
@@ -174,9 +174,13 @@ def test_driver_rules():
     mismatch = import_text("Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 535.129\n", "x")
     found = [f for f in evaluate(mismatch) if f.id == "driver.nvml-unavailable"]
     assert found[0].severity == "fail" and "reboot" in found[0].remedy.lower()
-    missing = import_text("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", "x")
-    assert verdicts(missing, "driver.nvml-unavailable") == ["info"]
-    assert verdicts(missing, "driver.nvml-unavailable", require_gpu=True) == ["fail"]
+    # nvidia-smi is there and printed this: the driver does not answer, a broken node
+    silent = import_text("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", "x")
+    assert verdicts(silent, "driver.nvml-unavailable") == ["fail"]
+    absent = Snapshot()                                      # no NVIDIA userspace at all: a host without GPUs
+    absent.nvml.available, absent.nvml.reason = False, "not-installed"
+    assert verdicts(absent, "driver.nvml-unavailable") == ["info"]
+    assert verdicts(absent, "driver.nvml-unavailable", require_gpu=True) == ["fail"]
     snap = load(H100)
     snap.software.kernel_module_version = "560.35.03"
     assert verdicts(snap, "driver.mixed") == ["fail"]
