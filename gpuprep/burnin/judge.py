@@ -4,13 +4,13 @@ from __future__ import annotations
 import statistics
 from typing import List
 
+from ..module_utils.gpuprep_nvsmi import THROTTLE_REASONS
 from ..rules import Finding, worst
 from . import RunResult
 
 STRAGGLER_MARGIN = 0.25     # a rank whose compute step is 25% slower than the others' median
 BANDWIDTH_FLOOR = 0.8       # warn below 80% of the expected bus bandwidth for the GPU model
 LOAD_POWER_SHARE = 0.7     # a GEMM load sized to the GPU runs at (or is capped near) its power limit
-_HW_THROTTLE = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 
 
 def _label(rank: dict) -> str:
@@ -67,7 +67,7 @@ def judge(run: RunResult) -> List[Finding]:
                                    "and NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME name the right interface"))
     for rank in complete:
         gpu = rank.get("gpu") or {}
-        hard = [r for r in gpu.get("reasons_seen", []) if r in _HW_THROTTLE]
+        hard = [r for r in gpu.get("reasons_seen", []) if r in THROTTLE_REASONS]
         if hard:
             findings.append(Finding("burnin.throttle", "fail", _label(rank), "GPU throttled during the run: " + ", ".join(hard),
                                     {"max_temperature_c": gpu.get("max_temperature_c"), "min_sm_clock_mhz": gpu.get("min_sm_clock_mhz")},

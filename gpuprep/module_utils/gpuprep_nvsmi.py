@@ -247,10 +247,11 @@ FIELDS: List[Tuple[str, Callable, List[Path], List[Path]]] = [
     ("fabric_status", known, [("Fabric", "Status")], [("fabric", "status")]),
 ]
 
-# Clock event reasons under which a GPU runs below its locked clock by design (power cap, thermal or power-brake
-# slowdown): the lock still holds, and the clock returns to it when the reason clears
-HOLDING_REASONS = ("sw_power_cap", "hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown",
-                   "hw_power_brake_slowdown")
+# Clock event reasons of hardware or thermal slowdown: a fault to look at when they hold a GPU down
+THROTTLE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+# ... and with the power cap, the reasons under which a GPU runs below its locked clock by design: the lock
+# still holds, and the clock returns to it when the reason clears
+HOLDING_REASONS = ("sw_power_cap",) + THROTTLE_REASONS
 
 _REASON_NAMES = {
     "idle": "gpu_idle", "gpu_idle": "gpu_idle",

@@ -5,6 +5,7 @@ import re
 from collections import Counter, OrderedDict
 
 from .. import knowledge as kb
+from ..module_utils.gpuprep_nvsmi import THROTTLE_REASONS
 from ..snapshot import normalize_bus_id
 from . import Finding, all_gpus, gpu_ref, gpu_subject, host, rule
 
@@ -18,7 +19,6 @@ _RESOLUTION = {
     "CONTACT_SUPPORT": ("fail", "drain the node and contact NVIDIA/your vendor support"),
 }
 _CLASS = {"fatal": "fail", "app": "warn", "info": "info"}
-_HW_THROTTLE = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 # the most specific reason decides what to look at
 _THROTTLE_ACTIONS = (
     ("hw_power_brake_slowdown", "An external power-brake signal holds the clocks down: check the platform's power "
@@ -231,7 +231,7 @@ def throttle(snap, ctx):
         reasons = gpu.clock_event_reasons
         if reasons is None:
             continue
-        hard = [r for r in reasons if r in _HW_THROTTLE]
+        hard = [r for r in reasons if r in THROTTLE_REASONS]
         if hard:
             out.append(Finding("gpu.clock-throttle", "fail", gpu_subject(gpu),
                                "GPU clocks held down by " + ", ".join(hard),
