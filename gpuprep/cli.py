@@ -12,12 +12,26 @@ from . import __version__
 from .errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, GpuprepError
 
 
+_JSON_ERRORS = False     # set when the command line asks for JSON: errors are a JSON document on stdout too
+
+
 def _emit_error(message: str, code: int) -> None:
     click.echo(f"gpuprep: error: {message}", err=True)
+    if _JSON_ERRORS:
+        from .report import error_document, to_json
+        click.echo(to_json(error_document(message, code)))
     sys.exit(code)
 
 
+def _wants_json(argv: Sequence[str]) -> bool:
+    args = list(argv)
+    return "--json" in args or "--format=json" in args or any(
+        a == "--format" and i + 1 < len(args) and args[i + 1] == "json" for i, a in enumerate(args))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
+    global _JSON_ERRORS
+    _JSON_ERRORS = _wants_json(sys.argv[1:] if argv is None else argv)
     try:
         cli.main(args=argv, prog_name="gpuprep", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -54,15 +68,39 @@ def _gather(sources: List[str], root: str, no_docker: bool, allow_mixed: bool = 
     return collect(root=root, docker=not no_docker)
 
 
+def _fleet_options(fn):
+    options = [
+        click.option("-i", "--inventory", help="Every host of this Ansible inventory (the probe runs there with "
+                                               "python3; nothing is installed)."),
+        click.option("--limit", help="Only hosts matching this Ansible pattern (with -i)."),
+        click.option("--forks", type=click.IntRange(1, 500), help="Hosts probed at once (default: up to 50)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
 @cli.command()
 @click.option("--from", "sources", multiple=True, metavar="FILE",
               help="Judge captures instead of this host (nvidia-smi [-q [-x]], topo -m, numactl -H, lscpu, dmesg, snapshot JSON). Repeat to combine.")
-@click.option("-o", "--output", metavar="FILE", help="Write here (atomically) instead of stdout.")
+@click.option("-o", "--output", metavar="FILE|DIR", help="Write here (atomically) instead of stdout; with -i, a directory for one file per host.")
+@_fleet_options
 @click.option("--root", default="/", hidden=True, help="Read /proc and /sys below this directory (tests).")
 @click.option("--no-docker", is_flag=True, help="Do not query the Docker daemon.")
-def snapshot(sources, output, root, no_docker):
-    """Write the host's facts as a snapshot JSON document."""
+def snapshot(sources, output, inventory, limit, forks, root, no_docker):
+    """Write the host's facts as a snapshot JSON document (with -i: every host's, one file each)."""
     from .output import check_destination, write_atomic
+    if inventory:
+        from .errors import BadInput
+        from .fleet import save
+        if not output or not os.path.isdir(output):
+            raise BadInput("snapshot -i needs -o DIR, an existing directory for one snapshot file per host")
+        members = _gather_fleet(inventory, limit, forks, progress=True)
+        for path in save(members, output):
+            click.echo(path)
+        if any(m.snapshot is None for m in members):
+            sys.exit(EXIT_FAILED)
+        return
     if output:
         check_destination(output)
     snap = _gather(list(sources), root, no_docker)
@@ -73,10 +111,64 @@ def snapshot(sources, output, root, no_docker):
         click.echo(text)
 
 
+def _gather_fleet(inventory, limit, forks, progress: bool):
+    """The fleet's members, with apply's live per-host view on a terminal (plain lines otherwise)."""
+    from .ansible.view import line_view, live_view
+    from .fleet import gather
+    if progress and sys.stderr.isatty():
+        with live_view() as on_update:
+            members, _ = gather(inventory, limit, forks, on_update)
+    else:
+        members, _ = gather(inventory, limit, forks, line_view(lambda line: click.echo(line, err=True)))
+    return members
+
+
+def _format_options(fn):
+    options = [
+        click.option("--format", "fmt", type=click.Choice(["text", "json", "junit", "prometheus", "html"]),
+                     help="Output format (default text; -o FILE.prom/.xml/.html/.json picks by extension)."),
+        click.option("--json", "as_json", is_flag=True, help="Shorthand for --format json."),
+        click.option("-o", "--output", metavar="FILE", help="Write the report here (atomically) instead of stdout."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+_EXTENSIONS = {".json": "json", ".xml": "junit", ".prom": "prometheus", ".html": "html", ".htm": "html",
+               ".txt": "text"}
+
+
+def _chosen_format(fmt, as_json, output) -> str:
+    if as_json and fmt and fmt != "json":
+        from .errors import BadInput
+        raise BadInput(f"--json and --format {fmt} contradict each other")
+    if as_json:
+        return "json"
+    if fmt:
+        return fmt
+    return _EXTENSIONS.get(os.path.splitext(output)[1].lower(), "text") if output else "text"
+
+
+def _emit(document: dict, fmt: str, output, verbose: bool = False) -> None:
+    from .report import render
+    if output:
+        from .output import write_atomic
+        write_atomic(output, render(document, fmt, colour=False, verbose=verbose))
+        click.echo(f"gpuprep: wrote {output} ({fmt}, verdict {document['verdict']})", err=True)
+    else:
+        click.echo(render(document, fmt, colour=sys.stdout.isatty() and fmt == "text", verbose=verbose), nl=False)
+
+
 @cli.command()
-@click.option("--from", "sources", multiple=True, metavar="FILE",
-              help="Judge captures instead of this host. Repeat to combine several files of one host.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (snapshot + findings).")
+@click.option("--from", "sources", multiple=True, metavar="FILE|DIR",
+              help="Judge captures instead of this host. Repeat to combine several files of one host; snapshot "
+                   "files of several hosts, or a directory of them (snapshot -i -o DIR), are judged as a fleet.")
+@_fleet_options
+@click.option("--drift", "show_drift", is_flag=True, help="Fleet: show every drifting fact with its groups of hosts.")
+@click.option("--baseline", metavar="HOST|SNAPSHOT", help="Fleet: measure drift against this host or snapshot "
+                                                          "instead of the majority.")
+@_format_options
 @click.option("--profile", metavar="NAME|FILE.toml", help="Node profile: dev, training, inference, or a TOML file.")
 @click.option("--skip", multiple=True, metavar="ID", help="Waive a check id (or a whole area). Repeatable.")
 @click.option("--only", multiple=True, metavar="AREA", help="Only this area (or id). Repeatable.")
@@ -86,29 +178,62 @@ def snapshot(sources, output, root, no_docker):
 @click.option("--root", default="/", hidden=True)
 @click.option("--no-docker", is_flag=True, help="Do not query the Docker daemon.")
 @click.option("--allow-mixed", is_flag=True, help="Judge --from captures as one host even when they look like different hosts'.")
-def check(sources, as_json, profile, skip, only, require_gpu, verbose, facts_only, root, no_docker, allow_mixed):
-    """Gather facts (or read captures), judge them, report findings. Exit 1 if any check fails."""
+def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, output, profile, skip, only,
+          require_gpu, verbose, facts_only, root, no_docker, allow_mixed):
+    """Gather facts (or read captures), judge them, report findings. Exit 1 if any check (or host) fails."""
     from .errors import BadInput
+    from .fleet import looks_like_fleet
     from .rules import Context, check_filters, judge_all, select
 
     try:
         check_filters(skip, only)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    chosen = {}
-    if profile:
-        from .profiles import load as load_profile
-        chosen = load_profile(profile)
+    fmt = _chosen_format(fmt, as_json, output)
+    if output:
+        from .output import check_destination
+        check_destination(output)
+    if inventory and sources:
+        raise BadInput("give either -i INVENTORY or --from files, not both")
+    context = Context(profile=_profile(profile), require_gpu=require_gpu)
+    if inventory or looks_like_fleet(list(sources)):
+        _check_fleet(inventory, limit, forks, list(sources), context, skip, only, baseline, show_drift, fmt, output,
+                     verbose)
+        return
+    if baseline or show_drift:
+        raise BadInput("--baseline and --drift compare hosts: give -i INVENTORY or snapshots of several hosts")
     snap = _gather(list(sources), root, no_docker, allow_mixed)
-    findings, waived = (None, []) if facts_only else \
-        select(judge_all(snap, Context(profile=chosen, require_gpu=require_gpu)), skip, only)
-    if as_json:
-        from .report import check_document, to_json
-        click.echo(to_json(check_document(snap, findings or [], waived)))
-    else:
-        from .report.terminal import render
-        click.echo(render(snap, findings, colour=sys.stdout.isatty(), verbose=verbose, waived=waived), nl=False)
-    if findings and any(f.severity == "fail" for f in findings):
+    if facts_only:
+        if fmt == "text":
+            from .report.terminal import render_facts_only
+            click.echo(render_facts_only(snap, colour=sys.stdout.isatty()), nl=False)
+        else:
+            click.echo(snap.to_json())
+        return
+    findings, waived = select(judge_all(snap, context), skip, only)
+    from .report import check_document
+    document = check_document(snap, findings, waived)
+    _emit(document, fmt, output, verbose)
+    if document["verdict"] == "fail":
+        sys.exit(EXIT_FAILED)
+
+
+def _profile(profile):
+    if not profile:
+        return {}
+    from .profiles import load as load_profile
+    return load_profile(profile)
+
+
+def _check_fleet(inventory, limit, forks, sources, context, skip, only, baseline, show_drift, fmt, output, verbose):
+    from .fleet import judge_fleet, load_saved
+    from .report import fleet_document
+    members = _gather_fleet(inventory, limit, forks, progress=fmt == "text") if inventory else load_saved(sources)
+    document = fleet_document(judge_fleet(members, context, skip, only, baseline))
+    if fmt == "text" and not show_drift:
+        document = dict(document, drift=dict(document["drift"], brief=True))
+    _emit(document, fmt, output, verbose)
+    if document["verdict"] == "fail":
         sys.exit(EXIT_FAILED)
 
 
@@ -125,10 +250,8 @@ def compat(driver, cuda, cudnn, torch_version, gpu, cc, as_json):
     from .rules.compat import judge_combination
     findings = judge_combination(driver, cuda, cudnn, torch_version, gpu, cc)
     if as_json:
-        from .report import summary, to_json
-        from .rules import worst
-        click.echo(to_json({"schema": "gpuprep.compat/1", "verdict": worst(findings), "summary": summary(findings),
-                            "findings": [f.to_dict() for f in findings]}))
+        from .report import compat_document, to_json
+        click.echo(to_json(compat_document(findings)))
     else:
         from .report.terminal import Writer, render_findings
         out = Writer(sys.stdout.isatty())
@@ -212,10 +335,8 @@ def _run_playbook(playbook, inventory, limit, local, forks, extra_vars, as_json,
     state = outcome.state
     succeeded = state.finished and all(h.succeeded and h.final for h in state.hosts.values())
     if as_json:
-        import json as _json
-        click.echo(_json.dumps({"schema": "gpuprep.apply/1", "playbook": playbook, "check": check, "ok": succeeded,
-                                "artifacts": outcome.artifacts, "interrupted": state.interrupted,
-                                "hosts": {n: h.to_dict() for n, h in sorted(state.hosts.items())}}, indent=2))
+        from .report import apply_document, to_json
+        click.echo(to_json(apply_document(playbook, check, succeeded, outcome)))
     else:
         if diff:
             from .ansible.view import diff_text
@@ -269,16 +390,16 @@ def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, tags
 @click.option("--nnodes", type=click.IntRange(1, 4096), default=1, show_default=True, help="Nodes in this run (one launch per node).")
 @click.option("--node-rank", type=click.IntRange(0, 4095), default=0, show_default=True)
 @click.option("--rdzv-timeout", type=click.FloatRange(5, 3600), default=60, show_default=True, help="Seconds to wait for every node.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-@click.option("-o", "--output", metavar="FILE", help="Also write the JSON report here (checked before the run, written atomically).")
-def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_timeout, as_json, output):
+@_format_options
+def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_timeout, fmt, as_json, output):
     """Short torchrun DDP burn-in: every rank trains, all-reduce bandwidth sweep, memory check, straggler named."""
-    import json as _json
-
     from .burnin import launch, parse_duration, torch_available
-    from .burnin.judge import judge, report_document
+    from .burnin.judge import judge
     from .errors import BadInput
+    from .report import burnin_document
     seconds = parse_duration(duration)
+    fmt = _chosen_format(fmt, as_json, output)
+    quiet = fmt != "text" or bool(output)
     if output:
         from .output import check_destination
         check_destination(output)
@@ -294,28 +415,13 @@ def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_
         if not torch_available():
             raise BadInput("PyTorch is not installed: pip install 'gpuprep[burnin]' (or torch) to run the burn-in")
         chosen, per_node = _burnin_plan(nproc, backend)
-        if not as_json:
+        if not quiet:
             click.echo(f"burn-in: {per_node} rank(s) x {nnodes} node(s), backend {chosen}, {seconds:.0f} s", err=True)
-        with _phase_progress(not as_json and sys.stderr.isatty()) as on_progress:
+        with _phase_progress(not quiet and sys.stderr.isatty()) as on_progress:
             run = launch(seconds, per_node, chosen, nnodes=nnodes, node_rank=node_rank, master=master,
                          rdzv_timeout=rdzv_timeout, on_progress=on_progress)
-    findings = judge(run)
-    document = report_document(run, findings, chosen, seconds)
-    if output:
-        from .output import write_atomic
-        write_atomic(output, _json.dumps(document, indent=2) + "\n")
-    if as_json:
-        click.echo(_json.dumps(document, indent=2))
-    else:
-        for rank in document["ranks"]:
-            sweep = rank.get("allreduce", [])
-            largest = sweep[-1] if sweep else {}
-            click.echo(f"  rank {rank['rank']} {rank['host']} {rank['device']}: step {rank['median_step_ms']} ms, "
-                       f"compute {rank['median_compute_ms']} ms, all-reduce {largest.get('bytes', 0) >> 20} MiB "
-                       f"busbw {largest.get('busbw_gbs', 0):.2f} GB/s, memory {'ok' if rank['memory']['ok'] else 'BAD'}")
-        for f in findings:
-            click.echo(f"  {f.severity.upper():4}  {f.id}  {f.title}")
-        click.echo(f"{document['verdict'].upper()}: burn-in took {run.wall_seconds:.1f} s")
+    document = burnin_document(run, judge(run), chosen, seconds)
+    _emit(document, fmt, output)
     if document["verdict"] == "fail":
         sys.exit(EXIT_FAILED)
 
@@ -346,6 +452,17 @@ def _phase_progress(enabled):
             task = progress.add_task("starting ranks", total=1.0)
             yield lambda p: progress.update(task, description=p.get("phase", ""), completed=float(p.get("done", 0)))
     return bar()
+
+
+@cli.command()
+@click.option("-o", "--output", required=True, metavar="FILE.pyz", help="Where to write the zipapp.")
+def zipapp(output):
+    """Write the node probe as one file for plain ansible-playbook (check.yml, the gpuprep_agent role):
+    run by python3 >= 3.8 on a node with nothing installed."""
+    from .output import check_destination
+    from .zipapp import build
+    check_destination(output)
+    click.echo(build(output))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ Loaded lazily and once; nothing here decides a verdict."""
 from __future__ import annotations
 
 import functools
-import os
 import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
@@ -11,13 +10,18 @@ from typing import Dict, List, Optional, Tuple
 from .module_utils.gpuprep_gputable import model_row, read_table
 
 
-# plain files next to the code (wheel and source checkout alike); importlib.resources costs ~10 ms of start-up
-_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+def data_text(name: str) -> str:
+    """A file of gpuprep/data: beside the code in a wheel or a checkout, inside the archive in the node probe's
+    zipapp (pkgutil asks the package's loader, so both work; importlib.resources costs ~10 ms of start-up)."""
+    import pkgutil
+    data = pkgutil.get_data(__package__, "data/" + name)
+    if data is None:
+        raise FileNotFoundError(f"gpuprep data file {name} is missing")
+    return data.decode("utf-8")
 
 
 def _rows(name: str) -> List[Dict[str, str]]:
-    with open(os.path.join(_DATA, name), encoding="utf-8") as fh:
-        return read_table(fh.read())
+    return read_table(data_text(name))
 
 
 def version_key(text: str) -> Tuple[int, ...]:
@@ -89,8 +93,7 @@ def sxid_catalog() -> Dict[int, Dict[str, str]]:
 
 
 def profiles_text() -> str:
-    with open(os.path.join(_DATA, "profiles.toml"), encoding="utf-8") as fh:
-        return fh.read()
+    return data_text("profiles.toml")
 
 
 @functools.lru_cache(maxsize=None)

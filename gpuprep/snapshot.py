@@ -46,6 +46,8 @@ class Gpu:
     architecture: Optional[str] = None
     compute_capability: Optional[str] = None
     vbios_version: Optional[str] = None
+    inforom_image: Optional[str] = None
+    gsp_firmware: Optional[str] = None  # None also where the GPU runs without GSP firmware ("N/A")
     memory_total_mib: Optional[int] = None
     persistence_mode: Optional[bool] = None
     compute_mode: Optional[str] = None

@@ -109,6 +109,12 @@ class FakeNvml:
     def nvmlDeviceGetVbiosVersion(self, h):
         return self._field(h, "vbios_version")
 
+    def nvmlDeviceGetInforomImageVersion(self, h):
+        return self._field(h, "inforom_image")
+
+    def nvmlDeviceGetGspFirmwareVersion(self, h):
+        return self._field(h, "gsp_firmware")
+
     def nvmlDeviceGetPciInfo(self, h):
         return SimpleNamespace(busId=self._field(h, "pci_bus_id").encode())
 

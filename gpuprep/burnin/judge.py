@@ -5,7 +5,7 @@ import statistics
 from typing import List
 
 from ..module_utils.gpuprep_nvsmi import THROTTLE_REASONS
-from ..rules import Finding, worst
+from ..rules import Finding
 from . import RunResult
 
 STRAGGLER_MARGIN = 0.25     # a rank whose compute step is 25% slower than the others' median
@@ -144,22 +144,3 @@ def _bandwidth(complete: List[dict]) -> List[Finding]:
                         row["source"])]
     return [Finding("burnin.bandwidth", "pass", "run", f"All-reduce busbw {measured:.0f} GB/s "
                     f"(expected ~{expected:.0f})", evidence, source=row["source"])]
-
-
-def verdict(findings: List[Finding]) -> str:
-    return worst(findings)
-
-
-def report_document(run: RunResult, findings: List[Finding], backend: str, seconds: float) -> dict:
-    """The versioned burn-in report: verdict, findings, and every rank's numbers."""
-    def median(values):
-        return round(statistics.median(values), 3) if values else None
-    ranks = []
-    for _, rank in sorted(run.ranks.items()):
-        entry = dict(rank)
-        entry["median_step_ms"] = median(rank.get("step_ms"))
-        entry["median_compute_ms"] = median(rank.get("compute_ms"))
-        ranks.append(entry)
-    return {"schema": "gpuprep.burnin/1", "verdict": verdict(findings), "backend": backend,
-            "world_size": run.world_size, "nodes": run.nodes, "requested_seconds": seconds,
-            "wall_seconds": round(run.wall_seconds, 2), "findings": [f.to_dict() for f in findings], "ranks": ranks}

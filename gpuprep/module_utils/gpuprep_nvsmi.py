@@ -169,6 +169,8 @@ FIELDS: List[Tuple[str, Callable, List[Path], List[Path]]] = [
     ("uuid", known, [("GPU UUID",)], [("uuid",)]),
     ("serial", known, [("Serial Number",)], [("serial",)]),
     ("vbios_version", known, [("VBIOS Version",)], [("vbios_version",)]),
+    ("inforom_image", known, [("Inforom Version", "Image Version")], [("inforom_version", "img_version")]),
+    ("gsp_firmware", known, [("GSP Firmware Version",)], [("gsp_firmware_version",)]),
     ("pci_bus_id", known, [("PCI", "Bus Id")], [("pci", "pci_bus_id")]),
     ("memory_total_mib", integer, [("FB Memory Usage", "Total")], [("fb_memory_usage", "total")]),
     ("persistence_mode", flag, [("Persistence Mode",)], [("persistence_mode",)]),

@@ -126,6 +126,8 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
     cc = ask(getattr(nvml, "nvmlDeviceGetCudaComputeCapability", None), h)
     gpu.compute_capability = f"{cc[0]}.{cc[1]}" if cc else None
     gpu.vbios_version = _text(ask(getattr(nvml, "nvmlDeviceGetVbiosVersion", None), h))
+    gpu.inforom_image = _text(ask(getattr(nvml, "nvmlDeviceGetInforomImageVersion", None), h))
+    gpu.gsp_firmware = _text(ask(getattr(nvml, "nvmlDeviceGetGspFirmwareVersion", None), h))
     memory = ask(getattr(nvml, "nvmlDeviceGetMemoryInfo", None), h)
     gpu.memory_total_mib = memory.total // (1 << 20) if memory is not None else None
     gpu.persistence_mode = _enabled(nvml, ask(getattr(nvml, "nvmlDeviceGetPersistenceMode", None), h))

@@ -1,15 +1,22 @@
-"""Rendering of check results: a terminal report and a versioned JSON document."""
+"""Documents and their renderers. Every command's result is one versioned envelope (`schema`,
+`gpuprep_version`, `generated_at`, `verdict`, `summary`, then the command's own body); each output format
+is one module here that renders such a document: terminal (text), JSON, JUnit XML, Prometheus text, HTML."""
 from __future__ import annotations
 
+import datetime as _dt
 import json
 from collections import Counter
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from .. import __version__
 from ..rules import SEVERITIES, Finding, worst
 from ..snapshot import Snapshot
 
 CHECK_SCHEMA = "gpuprep.check/1"
+FLEET_SCHEMA = "gpuprep.fleet/1"
+BURNIN_SCHEMA = "gpuprep.burnin/1"
+ERROR_SCHEMA = "gpuprep.error/1"
+FORMATS = ("text", "json", "junit", "prometheus", "html")
 
 
 def summary(findings: List[Finding]) -> dict:
@@ -17,14 +24,136 @@ def summary(findings: List[Finding]) -> dict:
     return {s: counts.get(s, 0) for s in SEVERITIES}
 
 
+def envelope(schema: str, verdict: str, summary_: dict, **body) -> dict:
+    return {"schema": schema, "gpuprep_version": __version__,
+            "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "verdict": verdict, "summary": summary_, **body}
+
+
+def _waived(waived: List[Finding]) -> dict:
+    return {"summary": summary(waived), "ids": sorted({f.id for f in waived if f.severity in ("fail", "warn")})}
+
+
 def check_document(snapshot: Snapshot, findings: List[Finding], waived: Optional[List[Finding]] = None) -> dict:
     """`waived`: what --skip/--only removed, counted and named so a filter never hides a failure silently."""
     waived = waived or []
-    return {"schema": CHECK_SCHEMA, "gpuprep_version": __version__, "verdict": worst(findings),
-            "summary": summary(findings), "findings": [f.to_dict() for f in findings],
-            "waived": {"summary": summary(waived), "ids": sorted({f.id for f in waived if f.severity in ("fail", "warn")})},
-            "snapshot": snapshot.to_dict()}
+    return envelope(CHECK_SCHEMA, worst(findings), summary(findings), host=host_name(snapshot),
+                    findings=[f.to_dict() for f in findings], waived=_waived(waived), snapshot=snapshot.to_dict())
+
+
+def host_name(snapshot: Snapshot) -> str:
+    for source in snapshot.sources:
+        if source.startswith("ansible:"):
+            return source.split(":", 1)[1]
+    return snapshot.system.hostname or ", ".join(snapshot.sources) or "host"
+
+
+def fleet_document(result) -> dict:
+    """`result`: a fleet.FleetResult. Hosts that could not be checked count as failed hosts."""
+    hosts: Dict[str, dict] = {}
+    for member in result.members:
+        if member.snapshot is None:
+            hosts[member.name] = {"status": member.status, "verdict": "fail", "problem": member.problem}
+            continue
+        findings, waived = result.findings[member.name], result.waived[member.name]
+        doc = check_document(member.snapshot, findings, waived)
+        hosts[member.name] = {"status": "checked", "verdict": doc["verdict"], "summary": doc["summary"],
+                              "gpus": len(member.snapshot.gpus or []),
+                              "driver": member.snapshot.software.driver_version,
+                              "check": doc}
+    for f in result.drift_findings:
+        if f.subject in hosts:
+            hosts[f.subject].setdefault("drift", []).append(f.id)
+    fleet_findings = [f for fs in result.findings.values() for f in fs] + result.drift_findings
+    verdicts = [h["verdict"] for h in hosts.values()] + [f.severity for f in result.drift_findings]
+    verdict = min(verdicts, key=SEVERITIES.index) if verdicts else "pass"
+    host_counts = Counter(h["verdict"] for h in hosts.values())
+    return envelope(FLEET_SCHEMA, verdict,
+                    {"hosts": len(hosts), "hosts_failed": host_counts.get("fail", 0),
+                     "hosts_unchecked": sum(1 for h in hosts.values() if h["status"] != "checked"),
+                     "hosts_warn": host_counts.get("warn", 0), **summary(fleet_findings)},
+                    hosts=hosts, findings=grouped_findings(result), baseline=result.baseline,
+                    drift={"facts": [d.to_dict() for d in result.drift],
+                           "findings": [f.to_dict() for f in result.drift_findings]})
+
+
+def grouped_findings(result) -> List[dict]:
+    """The fleet's findings by id and severity, with the hosts each hit (worst first)."""
+    from ..rules.drift import UNCHECKED
+    groups: Dict[tuple, dict] = {}
+    for member in result.members:
+        if member.snapshot is None:
+            check_id, severity, title = UNCHECKED
+            groups.setdefault((check_id, severity), {"id": check_id, "severity": severity, "title": title,
+                                                     "hosts": []})["hosts"].append(member.name)
+            continue
+        for f in result.findings[member.name]:
+            if f.severity == "pass":
+                continue
+            entry = groups.setdefault((f.id, f.severity), {"id": f.id, "severity": f.severity, "title": f.title,
+                                                           "hosts": []})
+            if member.name not in entry["hosts"]:
+                entry["hosts"].append(member.name)
+    for f in result.drift_findings:
+        groups.setdefault((f.id, f.severity), {"id": f.id, "severity": f.severity, "title": f.title,
+                                               "hosts": []})["hosts"].append(f.subject)
+    return sorted(groups.values(), key=lambda g: (SEVERITIES.index(g["severity"]), g["id"]))
+
+
+def burnin_document(run, findings: List[Finding], backend: str, seconds: float) -> dict:
+    """The versioned burn-in report: verdict, findings, and every rank's numbers."""
+    import statistics
+
+    def median(values):
+        return round(statistics.median(values), 3) if values else None
+    ranks = []
+    for _, rank in sorted(run.ranks.items()):
+        entry = dict(rank)
+        entry["median_step_ms"] = median(rank.get("step_ms"))
+        entry["median_compute_ms"] = median(rank.get("compute_ms"))
+        ranks.append(entry)
+    return envelope(BURNIN_SCHEMA, worst(findings), summary(findings), backend=backend,
+                    world_size=run.world_size, nodes=run.nodes, requested_seconds=seconds,
+                    wall_seconds=round(run.wall_seconds, 2), findings=[f.to_dict() for f in findings], ranks=ranks)
+
+
+def compat_document(findings: List[Finding]) -> dict:
+    return envelope("gpuprep.compat/1", worst(findings), summary(findings), findings=[f.to_dict() for f in findings])
+
+
+def apply_document(playbook: str, check: bool, succeeded: bool, outcome) -> dict:
+    """`outcome`: an ansible.runner.ApplyOutcome. verdict: pass when every host succeeded, else fail."""
+    state = outcome.state
+    hosts = {n: h.to_dict() for n, h in sorted(state.hosts.items())}
+    return envelope("gpuprep.apply/1", "pass" if succeeded else "fail",
+                    {"hosts": len(hosts), "hosts_failed": sum(1 for h in hosts.values() if h["failed"] or h["unreachable"]),
+                     "hosts_changed": sum(1 for h in hosts.values() if h["changed"])},
+                    playbook=playbook, check=check, ok=succeeded, artifacts=outcome.artifacts,
+                    interrupted=state.interrupted, hosts=hosts)
+
+
+def error_document(message: str, exit_code: int) -> dict:
+    return envelope(ERROR_SCHEMA, "error", {}, error=message, exit_code=exit_code)
 
 
 def to_json(document: dict) -> str:
     return json.dumps(document, indent=2)
+
+
+def render(document: dict, fmt: str, colour: bool = False, verbose: bool = False) -> str:
+    """The document in one of FORMATS (text renders for a terminal)."""
+    if fmt == "json":
+        return to_json(document) + "\n"
+    if fmt == "text":
+        from .terminal import render_document
+        return render_document(document, colour=colour, verbose=verbose)
+    if fmt == "junit":
+        from .junit import render as render_junit
+        return render_junit(document)
+    if fmt == "prometheus":
+        from .prometheus import render as render_prometheus
+        return render_prometheus(document)
+    if fmt == "html":
+        from .html import render as render_html
+        return render_html(document)
+    raise ValueError(f"unknown format {fmt!r}")

@@ -100,7 +100,8 @@ def render_facts(snap: Snapshot, out: Writer) -> None:
             out.line(f"  {e.time or '?'}  {e.kind.upper()} {e.code}  PCI {e.pci}  {e.message or ''}"[:160])
 
 
-def render_findings(findings: List[Finding], out: Writer, verbose: bool, waived: Optional[List[Finding]] = None) -> None:
+def render_findings(findings: List[Finding], out: Writer, verbose: bool, waived: Optional[dict] = None) -> None:
+    """`waived`: the document's record of what --skip/--only removed ({"summary": counts, "ids": [...]})."""
     shown = [f for f in findings if verbose or f.severity != "pass"]
     areas = sorted({f.area for f in shown},
                    key=lambda a: min(SEVERITY_RANK[f.severity] for f in shown if f.area == a))
@@ -118,17 +119,88 @@ def render_findings(findings: List[Finding], out: Writer, verbose: bool, waived:
     verdict = "FAIL" if counts["fail"] else ("WARN" if counts["warn"] else "OK")
     out.line(out.paint(f"{verdict}: {counts['fail']} fail, {counts['warn']} warn, {counts['info']} info, "
                        f"{counts['pass']} pass", "fail" if counts["fail"] else "warn" if counts["warn"] else "pass"))
-    hidden = summary(waived or [])
-    if hidden["fail"] or hidden["warn"]:
-        ids = sorted({f.id for f in waived if f.severity in ("fail", "warn")})
+    hidden = (waived or {}).get("summary") or {}
+    if hidden.get("fail") or hidden.get("warn"):
+        ids = waived["ids"]
         out.line(out.paint(f"waived by --skip/--only: {hidden['fail']} fail, {hidden['warn']} warn ({', '.join(ids)})",
                            "warn"))
 
 
-def render(snap: Snapshot, findings: Optional[List[Finding]], colour: bool, verbose: bool = False,
-           waived: Optional[List[Finding]] = None) -> str:
+def render_facts_only(snap: Snapshot, colour: bool) -> str:
     out = Writer(colour)
     render_facts(snap, out)
-    if findings is not None:
-        render_findings(findings, out, verbose, waived)
     return out.text()
+
+
+def _finding(data: dict):
+    return Finding(**{k: data.get(k) for k in ("id", "severity", "subject", "title", "evidence", "remedy", "source")})
+
+
+def render_check(document: dict, colour: bool, verbose: bool = False) -> str:
+    out = Writer(colour)
+    render_facts(Snapshot.from_dict(document["snapshot"]), out)
+    render_findings([_finding(f) for f in document["findings"]], out, verbose, document.get("waived"))
+    return out.text()
+
+
+def render_fleet(document: dict, colour: bool, verbose: bool = False) -> str:
+    out = Writer(colour)
+    s = document["summary"]
+    out.line(out.paint(f"gpuprep check: fleet of {s['hosts']} host(s)", "head"))
+    rows = []
+    for name, entry in sorted(document["hosts"].items()):
+        if entry["status"] != "checked":
+            rows.append([name, out.paint(entry["status"].upper(), "fail"), "-", "-", "-", "-", "-", entry["problem"]])
+            continue
+        verdict = entry["verdict"]
+        rows.append([name, out.paint(verdict.upper(), verdict), entry["summary"]["fail"], entry["summary"]["warn"],
+                     len(entry.get("drift", [])), entry["gpus"], entry["driver"], ""])
+    out.table(["host", "verdict", "fail", "warn", "drift", "GPUs", "driver", "problem"], rows)
+    shown = [g for g in document["findings"] if verbose or g["severity"] in ("fail", "warn")]
+    if shown:
+        out.heading("Findings by check")
+        for group in shown:
+            hosts = group["hosts"]
+            named = ", ".join(hosts[:8]) + (f" and {len(hosts) - 8} more" if len(hosts) > 8 else "")
+            out.line(f"  {out.paint(group['severity'].upper().ljust(4), group['severity'])}  {group['id']}  "
+                     f"{len(hosts)} host(s): {named}")
+    facts = document["drift"]["facts"]
+    brief = document["drift"].get("brief", False)
+    if facts:
+        out.heading("Drift between hosts" + (" (--drift shows every group)" if brief else ""))
+        for fact in facts:
+            reference = f"fleet: {fact['reference']}" if fact["reference"] is not None else "no majority"
+            odd = ", ".join(fact["odd_hosts"])
+            out.line(f"  {out.paint(fact['severity'].upper().ljust(4), fact['severity'])}  {fact['id']}  "
+                     f"{fact['fact']}: " + (f"{odd} ({reference})" if brief else reference))
+            for group in [] if brief else fact["groups"]:
+                mark = "  " if group["value"] == fact["reference"] else "! "
+                out.line(f"        {mark}{group['value']}: {', '.join(group['hosts'])}")
+    out.line()
+    verdict = document["verdict"]
+    out.line(out.paint(f"{'FAIL' if verdict == 'fail' else 'WARN' if verdict == 'warn' else 'OK'}: "
+                       f"{s['hosts_failed']} of {s['hosts']} host(s) failed ({s['hosts_unchecked']} not checked), "
+                       f"{len(facts)} drifting fact(s)", "fail" if verdict == "fail" else
+                       "warn" if verdict == "warn" else "pass"))
+    return out.text()
+
+
+def render_burnin(document: dict, colour: bool, verbose: bool = False) -> str:
+    out = Writer(colour)
+    for rank in document["ranks"]:
+        sweep = rank.get("allreduce", [])
+        largest = sweep[-1] if sweep else {}
+        out.line(f"  rank {rank['rank']} {rank['host']} {rank['device']}: step {rank['median_step_ms']} ms, "
+                 f"compute {rank['median_compute_ms']} ms, all-reduce {largest.get('bytes', 0) >> 20} MiB "
+                 f"busbw {largest.get('busbw_gbs', 0):.2f} GB/s, memory {'ok' if rank['memory']['ok'] else 'BAD'}")
+    for f in document["findings"]:
+        out.line(f"  {out.paint(f['severity'].upper().ljust(4), f['severity'])}  {f['id']}  {f['title']}")
+    out.line(f"{document['verdict'].upper()}: burn-in took {document['wall_seconds']:.1f} s")
+    return out.text()
+
+
+def render_document(document: dict, colour: bool = False, verbose: bool = False) -> str:
+    schema = document["schema"].split("/")[0]
+    renderer = {"gpuprep.check": render_check, "gpuprep.fleet": render_fleet,
+                "gpuprep.burnin": render_burnin}[schema]
+    return renderer(document, colour, verbose)

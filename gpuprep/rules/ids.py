@@ -12,5 +12,12 @@ CHECK_IDS = frozenset({
     "sys.cpu-governor", "sys.iommu", "sys.memlock", "sys.nouveau-loaded", "sys.numa-balancing", "sys.pcie-aer",
     "sys.peermem-missing", "sys.shm-size", "sys.thp", "topo.gpu-nic-affinity", "topo.nvlink-inactive",
     "topo.p2p-path", "topo.rdma-nics",
+    # fleet drift (rules/drift.py FACTS): a host whose fact differs from the fleet's
+    "drift.app-clocks", "drift.container-toolkit", "drift.cpu-cores", "drift.cpu-model", "drift.cuda-driver",
+    "drift.cuda-toolkit", "drift.cudnn", "drift.docker-runtimes", "drift.driver", "drift.ecc-mode", "drift.gpu-count",
+    "drift.gpu-model", "drift.gsp-firmware", "drift.inforom", "drift.kernel", "drift.kernel-cmdline", "drift.memory",
+    "drift.mig-mode", "drift.nccl", "drift.nccl-env", "drift.numa", "drift.nvlink", "drift.omp-env", "drift.os",
+    "drift.pcie-link", "drift.persistence", "drift.power-limit", "drift.system-tuning", "drift.torch",
+    "drift.vbios",
 })
 AREAS = frozenset(i.split(".", 1)[0] for i in CHECK_IDS)

@@ -1,0 +1,191 @@
+"""A fleet: one snapshot per host (gathered through Ansible, or saved earlier), each judged by the same
+rules as a single host, plus the drift between them. Gathering is I/O; judging is pure."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+from .errors import BadInput
+from .rules import Context, Finding, judge_all, select
+from .snapshot import Snapshot
+
+PROBE_ERROR_SCHEMA = "gpuprep.probe-error/1"
+COLLECT_TASK = "collect snapshot"        # the task of check.yml whose stdout is the host's snapshot
+
+
+@dataclass
+class Member:
+    name: str
+    snapshot: Optional[Snapshot] = None
+    status: str = "checked"              # checked | unreachable | probe-failed
+    problem: Optional[str] = None        # why there is no snapshot
+
+
+@dataclass
+class FleetResult:
+    members: List[Member]
+    findings: Dict[str, List[Finding]] = field(default_factory=dict)
+    waived: Dict[str, List[Finding]] = field(default_factory=dict)
+    drift: list = field(default_factory=list)
+    drift_findings: List[Finding] = field(default_factory=list)
+    baseline: Optional[str] = None
+
+
+def judge_fleet(members: List[Member], context: Context, skip: Sequence[str] = (), only: Sequence[str] = (),
+                baseline: Optional[str] = None) -> FleetResult:
+    """`baseline`: a member's name or a snapshot file to measure drift against instead of the majority."""
+    from .rules.drift import drift_findings, fleet_drift
+    result = FleetResult(members=sorted(members, key=lambda m: m.name), baseline=baseline)
+    snapshots = {m.name: m.snapshot for m in result.members if m.snapshot is not None}
+    for name, snap in snapshots.items():
+        result.findings[name], result.waived[name] = select(judge_all(snap, context), skip, only)
+    reference = _baseline(baseline, snapshots) if baseline else None
+    result.drift = fleet_drift(snapshots, reference)
+    result.drift_findings = select(drift_findings(result.drift), skip, only)[0]
+    return result
+
+
+def _baseline(baseline: str, snapshots: Dict[str, Snapshot]) -> Snapshot:
+    if baseline in snapshots:
+        return snapshots[baseline]
+    if os.path.isfile(baseline):
+        from .importers import import_files
+        return import_files([baseline])
+    raise BadInput(f"--baseline {baseline}: neither a checked host of this fleet ({', '.join(sorted(snapshots)) or 'none'})"
+                   f" nor a snapshot file")
+
+
+# --- saved fleets ----------------------------------------------------------------------------------------
+
+def file_name(host: str) -> str:
+    """A host's file in a saved fleet directory (inventory names may hold '/', ':' or spaces)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", host) or "_"
+
+
+def save(members: List[Member], directory: str) -> List[str]:
+    """One file per host: its snapshot, or a probe-error document saying why there is none."""
+    from .output import write_atomic
+    if not os.path.isdir(directory):
+        raise BadInput(f"-o {directory}: not a directory (with -i, -o names the directory to write one snapshot per host)")
+    written = []
+    for member in members:
+        path = os.path.join(directory, file_name(member.name) + ".json")
+        if member.snapshot is not None:
+            text = member.snapshot.to_json()
+        else:
+            text = json.dumps({"schema": PROBE_ERROR_SCHEMA, "host": member.name, "status": member.status,
+                               "problem": member.problem}, indent=2)
+        write_atomic(path, text + "\n")
+        written.append(path)
+    return written
+
+
+def load_saved(paths: Sequence[str]) -> List[Member]:
+    """Members from snapshot files and directories of them (as `snapshot -i -o DIR` writes)."""
+    from .importers import read_capture
+    files: List[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".json"))
+            if not found:
+                raise BadInput(f"{path}: no snapshot files (*.json) in this directory")
+            files += found
+        else:
+            files.append(path)
+    members: Dict[str, Member] = {}
+    for path in files:
+        member = _member(read_capture(path), path)
+        if member.name in members:
+            raise BadInput(f"{path}: host {member.name} is already in this fleet (two snapshots of one host)")
+        members[member.name] = member
+    return list(members.values())
+
+
+def _member(text: str, path: str) -> Member:
+    stem = os.path.splitext(os.path.basename(path))[0]
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise BadInput(f"{path}: not valid JSON ({exc})") from None
+    if isinstance(data, dict) and data.get("schema") == PROBE_ERROR_SCHEMA:
+        return Member(str(data.get("host") or stem), None, str(data.get("status") or "probe-failed"),
+                      str(data.get("problem") or "no snapshot"))
+    snap = Snapshot.from_json(text, os.path.basename(path))
+    from .report import host_name
+    return Member(host_name(snap) if snap.sources or snap.system.hostname else stem, snap)
+
+
+def looks_like_fleet(paths: Sequence[str]) -> bool:
+    """--from names a fleet when it names a directory, or several snapshot files of different hosts."""
+    if any(os.path.isdir(p) for p in paths):
+        return True
+    if len(paths) < 2:
+        return False
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                head = fh.read(4096)
+        except OSError:
+            return False
+        if not head.lstrip().startswith("{") or ("gpuprep.snapshot/" not in head and PROBE_ERROR_SCHEMA not in head):
+            return False
+    try:
+        return len({m.name for m in load_saved(paths)}) > 1
+    except BadInput:
+        return False
+
+
+# --- gathering through Ansible ---------------------------------------------------------------------------
+
+def gather(inventory: str, limit: Optional[str], forks: Optional[int],
+           on_update: Optional[Callable] = None, extravars: Optional[dict] = None):
+    """Run check.yml: the probe zipapp runs on every host (Python 3 there, nothing installed) and prints
+    its snapshot. Returns (members, outcome)."""
+    from .ansible.runner import ApplyRequest, run
+    from .zipapp import probe_zipapp
+    variables = {"gpuprep_probe_pyz": probe_zipapp(), **(extravars or {})}
+    # Ansible's own strategy: the probe runs through `script`, which needs no Python on the host to start,
+    # so a host without python3 is reported as such instead of failing Mitogen's bootstrap.
+    outcome = run(ApplyRequest(playbook="check.yml", inventory=inventory, limit=limit, forks=forks,
+                               extravars=variables, mitogen=False), on_update)
+    return [_gathered(name, outcome.state.hosts.get(name)) for name in outcome.hosts_in_inventory], outcome
+
+
+def _gathered(name: str, host) -> Member:
+    if host is None or (not host.collected and not host.failures):
+        reason = "the run ended before this host was probed" if host is None or host.interrupted_at is None \
+            else f"interrupted ({host.interrupted_at})"
+        return Member(name, None, "probe-failed", reason)
+    failure = next(iter(host.failures), None)
+    if failure is not None:
+        first = failure.message.strip().splitlines()
+        status = "unreachable" if failure.unreachable else "probe-failed"
+        return Member(name, None, status, _probe_problem(failure.message) if not failure.unreachable
+                      else (first[0] if first else "unreachable"))
+    text = host.collected.get(COLLECT_TASK, "")
+    start = text.find("{")
+    try:
+        snap = Snapshot.from_json(text[start:] if start >= 0 else text, f"{name} probe output")
+    except BadInput as exc:
+        return Member(name, None, "probe-failed", str(exc))
+    snap.sources = [f"ansible:{name}"] + [s for s in snap.sources if not s.startswith("ansible:")]
+    return Member(name, snap)
+
+
+_PROBE_FAILURES = (
+    (re.compile(r"python3?: (?:command )?not found|No such file or directory.*python", re.I),
+     "no Python 3 on the host (the probe needs python3 >= 3.8 and nothing else)"),
+    (re.compile(r"gpuprep-probe: error: (.+)"), None),
+)
+
+
+def _probe_problem(message: str) -> str:
+    for pattern, meaning in _PROBE_FAILURES:
+        match = pattern.search(message)
+        if match:
+            return meaning or match.group(1).strip()
+    lines = [l for l in message.strip().splitlines() if l.strip()]
+    return "probe failed: " + (lines[-1] if lines else "no output")

@@ -1,0 +1,56 @@
+"""The probe's entry point on a node (the zipapp's __main__ calls main): the standard library and what
+the zipapp bundles only, no click. `snapshot` prints the host's snapshot; `textfile` judges the host and
+writes node_exporter's textfile (temp file and rename, so the collector never reads half a file)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from .errors import EXIT_FAILED, GpuprepError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuprep-probe", description="gpuprep's node probe")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("snapshot", help="print this host's snapshot (JSON)")
+    textfile = commands.add_parser("textfile", help="judge this host, write Prometheus text for node_exporter")
+    textfile.add_argument("-o", "--output", required=True, metavar="FILE.prom")
+    textfile.add_argument("--profile", metavar="NAME|FILE.toml")
+    textfile.add_argument("--no-docker", action="store_true")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        from .probe import collect
+        if args.command == "snapshot":
+            sys.stdout.write(collect(docker=True).to_json() + "\n")
+            return 0
+        return _textfile(args)
+    except GpuprepError as exc:
+        sys.stderr.write(f"gpuprep-probe: error: {exc}\n")
+        return exc.exit_code
+    except Exception as exc:   # a bug: one line, never a traceback in a timer's journal
+        sys.stderr.write(f"gpuprep-probe: error: internal error: {type(exc).__name__}: {exc}\n")
+        return EXIT_FAILED
+
+
+def _textfile(args) -> int:
+    from .output import check_destination, write_atomic
+    from .probe import collect
+    from .report import check_document, render
+    from .rules import Context, judge_all
+    check_destination(args.output)
+    profile = {}
+    if args.profile:
+        from .profiles import load
+        profile = load(args.profile)
+    snap = collect(docker=not args.no_docker)
+    write_atomic(args.output, render(check_document(snap, judge_all(snap, Context(profile=profile))), "prometheus"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""One self-contained HTML page of a check, fleet or burn-in document: inline CSS and SVG, no script,
+nothing fetched when it is viewed (it is mailed, attached to tickets, opened on air-gapped hosts)."""
+from __future__ import annotations
+
+from typing import Dict, List
+
+from . import svg
+
+
+def _failing_gpus(findings: List[dict]) -> frozenset:
+    return frozenset(f["subject"].split()[0] for f in findings
+                     if f["severity"] == "fail" and f["subject"].startswith("GPU"))
+
+
+def _host_view(name: str, entry: dict) -> dict:
+    if entry.get("status", "checked") != "checked":
+        return {"name": name, "status": entry["status"], "problem": entry.get("problem"), "verdict": "fail",
+                "findings": [], "topology": "", "facts": {}}
+    check = entry["check"]
+    snap = check["snapshot"]
+    system, software = snap.get("system") or {}, snap.get("software") or {}
+    facts = {"OS": " ".join(filter(None, [system.get("os_name"), system.get("os_version")])),
+             "kernel": system.get("kernel"), "CPU": system.get("cpu_model"),
+             "driver": software.get("driver_version"), "CUDA (driver API)": software.get("cuda_driver_version"),
+             "GPUs": ", ".join(sorted({g.get("name") or "?" for g in snap.get("gpus") or []})) or "none"}
+    return {"name": name, "status": "checked", "problem": None, "verdict": check["verdict"],
+            "summary": check["summary"], "facts": {k: v for k, v in facts.items() if v},
+            "findings": [f for f in check["findings"] if f["severity"] != "pass"],
+            "passed": sum(1 for f in check["findings"] if f["severity"] == "pass"),
+            "topology": svg.topology(snap, _failing_gpus(check["findings"]))}
+
+
+def _context(document: dict) -> Dict[str, object]:
+    kind = document["schema"].split("/")[0].split(".")[-1]
+    context: Dict[str, object] = {"doc": document, "kind": kind}
+    if kind == "fleet":
+        context["hosts"] = [_host_view(n, e) for n, e in sorted(document["hosts"].items())]
+    elif kind == "check":
+        context["hosts"] = [_host_view(document["host"], {"check": document})]
+    else:
+        context["busbw"] = svg.busbw_plot(document["ranks"])
+        context["steps"] = svg.step_bars(document["ranks"])
+    return context
+
+
+def render(document: dict) -> str:
+    import jinja2
+    env = jinja2.Environment(loader=jinja2.PackageLoader("gpuprep.report", "templates"),
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters["svg"] = lambda markup: jinja2.utils.markupsafe.Markup(markup)   # built escaped by svg.py
+    return env.get_template("report.html.j2").render(**_context(document))

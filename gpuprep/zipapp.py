@@ -1,0 +1,77 @@
+"""The node probe as one zipapp: gpuprep's probe, rules and renderers with nvidia-ml-py and prometheus-client
+inside, run by the node's python3 with nothing installed there (`check -i` copies it through Ansible's
+`script`; the gpuprep_agent role installs it for its timer). Built once per gpuprep build into the cache."""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Iterator, Tuple
+
+from . import __version__
+from .errors import BadInput
+
+_PACKAGE = Path(__file__).resolve().parent
+# controller-only parts: the CLI, the Ansible layer and the burn-in never run from the zipapp
+_LEFT_OUT = {"cli.py", "__main__.py", "zipapp.py", "fleet.py", "ansible", "burnin", "share", "__pycache__"}
+MIN_PYTHON = (3, 8)
+
+_MAIN = f'''import sys
+if sys.version_info < {MIN_PYTHON!r}:
+    sys.stderr.write("gpuprep-probe: error: needs python3 >= {'.'.join(map(str, MIN_PYTHON))}, this is %s\\n"
+                     % sys.version.split()[0])
+    sys.exit(2)
+from gpuprep.node import main
+sys.exit(main())
+'''
+
+
+def _members() -> Iterator[Tuple[str, Path]]:
+    """(name in the archive, file) for every file the zipapp holds."""
+    for path in sorted(_PACKAGE.rglob("*")):
+        relative = path.relative_to(_PACKAGE)
+        if path.is_file() and not (set(relative.parts) & _LEFT_OUT) and path.suffix != ".pyc":
+            yield f"gpuprep/{relative.as_posix()}", path
+    import prometheus_client
+    import pynvml
+    yield "pynvml.py", Path(pynvml.__file__)
+    library = Path(prometheus_client.__file__).parent
+    for path in sorted(library.rglob("*.py")):
+        yield f"prometheus_client/{path.relative_to(library).as_posix()}", path
+
+
+def build(target: str) -> str:
+    """Write the zipapp to `target` (atomically) and return its path."""
+    directory = os.path.dirname(os.path.abspath(target))
+    fd, temp = tempfile.mkstemp(prefix=".gpuprep-probe.", dir=directory)
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(temp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for name, path in _members():
+                archive.write(path, name)
+            archive.writestr("__main__.py", _MAIN)
+        with open(temp, "rb") as fh:
+            body = fh.read()
+        with open(temp, "wb") as fh:
+            fh.write(b"#!/usr/bin/env python3\n" + body)
+        os.chmod(temp, 0o755)
+        os.replace(temp, target)
+    except OSError as exc:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise BadInput(f"cannot write the probe zipapp to {target} ({exc.strerror or exc})") from None
+    return target
+
+
+def probe_zipapp() -> str:
+    """The zipapp of this very gpuprep (cached under ~/.cache/gpuprep by a hash of its contents)."""
+    digest = hashlib.sha256(__version__.encode())
+    for name, path in _members():
+        digest.update(name.encode() + b"\0" + path.read_bytes())
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    cache = os.path.join(base, "gpuprep")
+    os.makedirs(cache, exist_ok=True)
+    target = os.path.join(cache, f"gpuprep-probe-{__version__}-{digest.hexdigest()[:12]}.pyz")
+    return target if os.path.exists(target) else build(target)
