@@ -31,7 +31,8 @@ def envelope(schema: str, verdict: str, summary_: dict, **body) -> dict:
 
 
 def _waived(waived: List[Finding]) -> dict:
-    return {"summary": summary(waived), "ids": sorted({f.id for f in waived if f.severity in ("fail", "warn")})}
+    return {"summary": summary(waived), "ids": sorted({f.id for f in waived if f.severity in ("fail", "warn")}),
+            "checks": sorted({f.id for f in waived})}
 
 
 def check_document(snapshot: Snapshot, findings: List[Finding], waived: Optional[List[Finding]] = None) -> dict:

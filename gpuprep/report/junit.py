@@ -74,7 +74,7 @@ def _host_suite(root: ET.Element, host: str, entry: dict, timestamp: str) -> Dic
     check = entry["check"]
     for check_id, findings in _by_id(check["findings"]).items():
         suite.case(classname, check_id, findings)
-    for check_id in check["waived"]["ids"]:
+    for check_id in check["waived"]["checks"]:
         if check_id not in {f["id"] for f in check["findings"]}:
             suite.skipped(classname, check_id, "waived by --skip/--only")
     return suite.close()

@@ -31,9 +31,14 @@ def _devices(snapshot: dict) -> Tuple[Dict[Optional[int], List[dict]], Dict[str,
         by_node.setdefault(node, []).append(device)
         by_key[key] = device
     nics = [d for d in topo.get("devices") or [] if d.startswith("NIC")]
+    matrix = topo.get("matrix") or {}
     for nic in nics:
         name = (topo.get("nic_names") or {}).get(nic, nic)
         node = (rdma.get(name) or {}).get("numa_node")
+        if node is None:   # topo -m gives no NUMA node for NICs: the node of a GPU it reaches without crossing sockets
+            near = [by_key[g]["node"] for g, link in (matrix.get(nic) or {}).items()
+                    if g in by_key and link in ("PIX", "PXB", "PHB", "NODE") and by_key[g]["node"] is not None]
+            node = near[0] if near else None
         device = {"key": nic, "label": name[:10], "sub": nic, "kind": "nic", "node": node}
         by_node.setdefault(node, []).append(device)
         by_key[nic] = device
