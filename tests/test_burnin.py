@@ -1,5 +1,6 @@
 """Real torchrun runs on the CPU (gloo): a pass, a straggler named, a dead rank named, bounded time."""
 import json
+import shutil
 
 import pytest
 
@@ -27,6 +28,40 @@ def test_two_rank_cpu_burnin_passes_with_numbers(tmp_path):
         assert sweep[0]["bytes"] == 4096 and sweep[-1]["bytes"] == 16 << 20
         for row in sweep:   # nccl-tests' definition for all-reduce on 2 ranks: busbw = algbw * 2(n-1)/n = algbw
             assert row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * 2 * (2 - 1) / 2)
+    assert_burnin_formats(doc)
+
+
+def assert_burnin_formats(doc):
+    """The real run's report as Prometheus text (parsed) and JUnit (schema-valid), saying what the report says."""
+    import xmlschema
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpuprep.report import render
+    from test_formats import XSD
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(render(doc, "prometheus")) for s in family.samples}
+    sizes = {row["bytes"] for row in doc["ranks"][0]["allreduce"]}
+    busbw = {dict(labels)["size"]: v for (name, labels), v in samples.items() if name == "gpuprep_burnin_busbw_gbs"}
+    assert set(map(int, busbw)) == sizes
+    largest = max(sizes)
+    slowest = min(p["busbw_gbs"] for r in doc["ranks"] for p in r["allreduce"] if p["bytes"] == largest)
+    assert busbw[str(largest)] == pytest.approx(slowest)
+    assert samples[("gpuprep_burnin_verdict", (("verdict", doc["verdict"]),))] == 1
+    steps = [v for (name, _), v in samples.items() if name == "gpuprep_burnin_step_seconds"]
+    assert sorted(steps) == pytest.approx(sorted(r["median_step_ms"] / 1000 for r in doc["ranks"]))
+    xmlschema.XMLSchema(str(XSD)).validate(render(doc, "junit"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("chromium"), reason="needs chromium")
+def test_burnin_html_report_draws_bandwidth_and_step_times(tmp_path):
+    from test_formats import colour_share, screenshot
+    page = tmp_path / "burnin.html"
+    done = run_cli("burnin", "--duration", "10s", "-o", str(page), timeout=120)     # .html -> the HTML page
+    assert done.returncode == 0, done.stderr
+    dom = screenshot(page, tmp_path / "burnin.png")
+    assert dom.count('class="busbw"') == 2 and dom.count('class="step"') == 2      # one line and one bar per rank
+    assert colour_share(tmp_path / "burnin.png", (0x1f, 0x77, 0xb4)) > 0.0005       # rank 0's line / the bars
 
 
 @pytest.mark.slow
