@@ -354,7 +354,7 @@ def _split(values):
 
 @cli.command()
 @_apply_options
-@click.option("--tags", multiple=True, help="Only these roles: driver_pin, gpu_persistence, gpu_clocks, container_toolkit, nccl_env, system_tuning.")
+@click.option("--tags", multiple=True, help="Only these roles: driver_pin, gpu_persistence, gpu_clocks, container_toolkit, nccl_env, system_tuning; gpuprep_agent (off unless named).")
 @click.option("--skip-tags", multiple=True, help="Skip these roles.")
 @click.option("--check", is_flag=True, help="Change nothing; report what would change.")
 @click.option("--diff", is_flag=True, help="Show the changes to files.")
@@ -364,6 +364,9 @@ def apply(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, tags,
     """Tune GPU nodes with gpuprep's Ansible roles (through ansible-runner). Exit 0 only if every host succeeded."""
     if full:
         extra_vars = (*extra_vars, "gpuprep_fast_rerun=false")
+    if "gpuprep_agent" in _split(tags) and not any(e.startswith("gpuprep_agent_pyz=") for e in extra_vars):
+        from .zipapp import probe_zipapp    # the agent role installs this very gpuprep's probe
+        extra_vars = (*extra_vars, f"gpuprep_agent_pyz={probe_zipapp()}")
     _run_playbook("apply.yml", inventory, limit, local, forks, extra_vars, as_json, no_mitogen, tags, skip_tags,
                   check, diff)
 

@@ -21,7 +21,8 @@ from ..resources import playbooks_dir
 from .artifacts import scrub
 from .reducer import RunState, interrupt, reduce
 
-ROLE_TAGS = ("driver_pin", "gpu_persistence", "gpu_clocks", "container_toolkit", "nccl_env", "system_tuning")
+ROLE_TAGS = ("driver_pin", "gpu_persistence", "gpu_clocks", "container_toolkit", "nccl_env", "system_tuning",
+             "gpuprep_agent")
 EXTRA_TAGS = ("always", "never", "system_tuning_governor", "system_tuning_sysctl", "system_tuning_memlock",
               "system_tuning_nouveau", "system_tuning_thp")
 
