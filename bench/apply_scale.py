@@ -34,15 +34,23 @@ def cpu_ticks():
 
 
 BUSY = {}   # run label -> share of the machine's CPU time that was busy during it
+CONTROLLER_CPU = {}   # run label -> CPU seconds of the command's whole process tree (the controller's cost)
+
+
+def children_cpu() -> float:
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def timed(argv, env=None, output=False, label=None):
-    start, (busy0, total0) = time.perf_counter(), cpu_ticks()
+    start, (busy0, total0), cpu0 = time.perf_counter(), cpu_ticks(), children_cpu()
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
     busy1, total1 = cpu_ticks()
     if label:
         BUSY[label] = (busy1 - busy0) / max(1, total1 - total0)
+        CONTROLLER_CPU[label] = children_cpu() - cpu0
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv[:4])} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     return (seconds, done.stdout) if output else seconds
@@ -71,7 +79,6 @@ def defaults_copy(tmp: Path) -> Path:
     """The same roles and playbook, minus gpuprep's speed settings (gather_subset, pipelining, forks)."""
     copy = tmp / "playbooks"
     shutil.copytree(REPO / "playbooks", copy)
-    shutil.copytree(REPO / "templates", tmp / "templates")
     text = (copy / "apply.yml").read_text().replace("  gather_subset: [min, hardware, network, virtual]\n", "")
     (copy / "apply.yml").write_text(text)
     (copy / "ansible.cfg").write_text("[defaults]\nlibrary = ./library\nroles_path = ./roles\n"
@@ -134,6 +141,12 @@ def main():
     print(f"  CPU busy during gpuprep's runs ({os.cpu_count()} cores shared by controller and nodes): "
           + ", ".join(f"{n} node(s) converge {BUSY[(n, 'gpuprep', 'converge')]:.0%} re-run {BUSY[(n, 'gpuprep', 're-run')]:.0%}"
                       for n in sizes))
+    print(f"\n{'nodes':>5}  {'controller CPU s/host converge':>30}  {'vs 1':>6}  {'re-run':>7}  {'vs 1':>6}")
+    for n in sizes:
+        converge, rerun = (CONTROLLER_CPU[(n, "gpuprep", kind)] / n for kind in ("converge", "re-run"))
+        first = [CONTROLLER_CPU[(sizes[0], "gpuprep", kind)] / sizes[0] for kind in ("converge", "re-run")]
+        print(f"{n:>5}  {converge:>30.2f}  {converge / first[0]:>5.2f}x  {rerun:>7.2f}  {rerun / first[1]:>5.2f}x")
+    print("  (goal: per-host controller CPU at the largest size within 1.2x of the smallest)")
     print("idempotent re-run / converge (gpuprep): "
           + ", ".join(f"{n}: {results[(n, 'gpuprep')][1] / results[(n, 'gpuprep')][0]:.2f}" for n in sizes)
           + "   (goal <= 0.5)")
