@@ -13,6 +13,11 @@ fi
 # PyTorch's CPU build for the burn-in tests (2.13.0 is served from local disk on our machines).
 "$VENV/bin/python" -c 'import torch' 2>/dev/null || "$VENV/bin/pip" install -q 'torch==2.13.0'
 
+# A real browser for the HTML report tests (Debian's chromium), when this machine lets us install it.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || echo "chromium not installed: HTML tests will skip" >&2
+fi
+
 if [ "${GPUPREP_SKIP_DOCKER:-0}" != "1" ]; then
   bash .ci/docker-setup.sh
 fi

@@ -88,6 +88,14 @@ def test_offline_commands_run(user_venv, tmp_path):
     burnin = run(user_venv, env, "burnin", "--duration", "10s")
     assert burnin.returncode == 2 and "pip install 'gpuprep[burnin]'" in burnin.stderr
     assert "Traceback" not in burnin.stderr
+    page = tmp_path / "report.html"        # the HTML template ships in the wheel
+    assert run(user_venv, env, "check", "--from", corpus("h100-sxm-x8.nvidia-smi.txt"), "-o", str(page)).returncode == 0
+    assert "<svg" in page.read_text()
+    pyz = tmp_path / "probe.pyz"           # the node probe, built from the installed package alone
+    assert run(user_venv, env, "zipapp", "-o", str(pyz)).returncode == 0
+    probe = subprocess.run(["/usr/bin/python3", str(pyz), "snapshot"], capture_output=True, text=True, timeout=120,
+                           env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert probe.returncode == 0 and json.loads(probe.stdout)["schema"].startswith("gpuprep.snapshot/"), probe.stderr
 
 
 @pytest.mark.docker
@@ -112,6 +120,9 @@ def test_apply_and_revert_a_container_from_the_user_install(user_venv, tmp_path)
         assert doc["hosts"][NAME]["changed"] > 0
         assert 'NCCL_SOCKET_IFNAME="=eth0"' in node_exec(NAME, "cat", "/etc/gpuprep/env").stdout
         assert node_exec(NAME, "systemctl", "is-active", "nvidia-persistenced").stdout.strip() == "active"
+
+        fleet = run(user_venv, env, "check", "-i", str(inventory), "--format", "prometheus")
+        assert f'gpuprep_host_checked{{host="{NAME}"}} 1.0' in fleet.stdout, fleet.stderr[-2000:]
 
         reverted = run(user_venv, env, "revert", "-i", str(inventory), "--json")
         assert reverted.returncode == 0 and json.loads(reverted.stdout)["ok"], reverted.stdout[-3000:]
