@@ -73,7 +73,7 @@ def topology(snapshot: dict, bad_gpus: frozenset = frozenset()) -> str:
             for i, device in enumerate(devices):
                 bx = x + _GAP + i * (_BOX_W + _GAP)
                 by = top + 24 + _GAP + row * (_BOX_H + _GAP)
-                positions[device["key"]] = (bx + _BOX_W / 2, by, by + _BOX_H)
+                positions[device["key"]] = (bx + _BOX_W / 2, by)
                 fill = "#f8d7da" if device["key"] in bad_gpus else ("#d9f2d9" if device["kind"] == "gpu" else "#dde8f8")
                 boxes.append(f'<rect class="{device["kind"]}" x="{bx:.1f}" y="{by:.1f}" width="{_BOX_W}" '
                              f'height="{_BOX_H}" rx="5" fill="{fill}" stroke="#445"/>'
@@ -99,7 +99,7 @@ def _links(snapshot: dict, positions: Dict[str, tuple]) -> List[str]:
             if a == b or pair in seen or a not in positions or b not in positions:
                 continue
             seen.add(pair)
-            (xa, ya, _), (xb, yb, yb_bottom) = positions[pair[0]], positions[pair[1]]
+            (xa, ya), (xb, yb) = positions[pair[0]], positions[pair[1]]
             if kind.startswith("NV"):
                 count = int(kind[2:]) if kind[2:].isdigit() else 1
                 lift = 18 + 6 * abs(xb - xa) / (_BOX_W + _GAP)
