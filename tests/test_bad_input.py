@@ -277,3 +277,23 @@ def test_a_failed_write_keeps_the_previous_file(files, tmp_path):
     done = run_cli("snapshot", "--from", files["binary"], "-o", str(target))
     assert done.returncode == 2 and target.read_text() == "previous good snapshot\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["snap.json"]      # no temporary file left
+
+
+def test_errors_are_a_json_document_under_json(files):
+    for args in (["check", "-i", "/nonexistent/inventory.yml", "--json"],
+                 ["check", "--from", files["binary"], "--format", "json"],
+                 ["burnin", "--duration", "1s", "--json"]):
+        done = run_cli(*args)
+        doc = json.loads(done.stdout)
+        assert done.returncode == 2 and doc["schema"] == "gpuprep.error/1" and doc["exit_code"] == 2, args
+        assert doc["error"] == done.stderr.strip().removeprefix("gpuprep: error: ")
+
+
+def test_two_snapshots_of_one_host_are_not_a_fleet(tmp_path):
+    text = run_cli("snapshot", "--from", corpus(H100)).stdout
+    data = json.loads(text)
+    data["system"]["hostname"] = "same"
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text(json.dumps(data))
+    done = run_cli("check", "--from", str(tmp_path))
+    assert done.returncode == 2 and "already in this fleet" in done.stderr

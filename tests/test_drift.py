@@ -1,0 +1,86 @@
+"""Drift rules on snapshots made from a real capture: what counts as different, and what does not."""
+import copy
+
+import pytest
+
+from conftest import corpus
+from gpuprep.importers import import_files
+from gpuprep.rules.drift import drift_findings, fleet_drift
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
+
+
+def fleet(base, count=4, **edits):
+    """`count` copies of one host; edits: host index -> function changing that copy."""
+    out = {}
+    for i in range(count):
+        snap = copy.deepcopy(base)
+        snap.system.hostname = f"n{i}"
+        snap.system.kernel_cmdline = f"BOOT_IMAGE=/vmlinuz-6.8 root=UUID=000{i} ro iommu=pt"
+        snap.env = {"NCCL_IB_HCA": "mlx5", "OMP_NUM_THREADS": "8"}
+        edits.get(f"n{i}", lambda s: None)(snap)
+        out[f"n{i}"] = snap
+    return out
+
+
+def drifting(snapshots, baseline=None):
+    return {d.fact.id: d.odd for d in fleet_drift(snapshots, baseline)}
+
+
+def test_identical_hosts_do_not_drift_even_with_their_own_root_disk(h100):
+    assert drifting(fleet(h100)) == {}
+
+
+def test_a_kernel_parameter_that_matters_drifts(h100):
+    def no_iommu(snap):
+        snap.system.kernel_cmdline = "BOOT_IMAGE=/vmlinuz-6.8 root=UUID=0003 ro"
+    assert drifting(fleet(h100, n3=no_iommu)) == {"drift.kernel-cmdline": ["n3"]}
+
+
+def test_unknown_is_not_drift(h100):
+    def unknown(snap):
+        snap.software.driver_version = None
+        snap.gpus[0].vbios_version = None           # the other seven still tell
+        snap.env = None
+    assert drifting(fleet(h100, n1=unknown)) == {}
+
+
+def test_nccl_variable_fails_and_omp_warns(h100):
+    def other_hca(snap):
+        snap.env["NCCL_IB_HCA"] = "mlx5_0"
+    def more_threads(snap):
+        snap.env["OMP_NUM_THREADS"] = "16"
+    found = {f.id: (f.severity, f.subject) for f in drift_findings(fleet_drift(fleet(h100, n1=other_hca, n2=more_threads)))}
+    assert found == {"drift.nccl-env": ("fail", "n1"), "drift.omp-env": ("warn", "n2")}
+
+
+def test_memory_a_few_mib_apart_is_the_same_and_a_missing_dimm_is_not(h100):
+    def few_mib(snap):
+        snap.system.memory_total_mib = 2063000 + 40
+    def missing_dimm(snap):
+        snap.system.memory_total_mib = 2063000 - 65536
+    def base(snap):
+        snap.system.memory_total_mib = 2063000
+    snaps = fleet(h100, n0=base, n1=few_mib, n2=base, n3=missing_dimm)
+    assert drifting(snaps) == {"drift.memory": ["n3"]}
+
+
+def test_an_even_split_names_every_group_without_a_majority(h100):
+    def other(snap):
+        snap.software.nccl_version = "2.21.5"
+    def same(snap):
+        snap.software.nccl_version = "2.23.4"
+    snaps = fleet(h100, n0=same, n1=same, n2=other, n3=other)
+    [finding] = drift_findings(fleet_drift(snaps))
+    assert finding.subject == "fleet" and finding.severity == "fail"
+    assert finding.evidence["groups"] == {"2.21.5": ["n2", "n3"], "2.23.4": ["n0", "n1"]}
+
+
+def test_a_baseline_outside_the_fleet_makes_every_different_host_odd(h100):
+    golden = copy.deepcopy(h100)
+    golden.software.driver_version = "570.86.15"
+    golden.env = {"NCCL_IB_HCA": "mlx5", "OMP_NUM_THREADS": "8"}
+    assert drifting(fleet(h100), golden)["drift.driver"] == ["n0", "n1", "n2", "n3"]
