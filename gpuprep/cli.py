@@ -95,9 +95,11 @@ def snapshot(sources, output, inventory, limit, forks, root, no_docker):
         from .fleet import save
         if not output or not os.path.isdir(output):
             raise BadInput("snapshot -i needs -o DIR, an existing directory for one snapshot file per host")
-        members = _gather_fleet(inventory, limit, forks, progress=True)
+        members, cancelled = _gather_fleet(inventory, limit, forks, progress=True)
         for path in save(members, output):
             click.echo(path)
+        if cancelled:
+            sys.exit(128 + cancelled)
         if any(m.snapshot is None for m in members):
             sys.exit(EXIT_FAILED)
         return
@@ -117,10 +119,10 @@ def _gather_fleet(inventory, limit, forks, progress: bool):
     from .fleet import gather
     if progress and sys.stderr.isatty():
         with live_view() as on_update:
-            members, _ = gather(inventory, limit, forks, on_update)
+            members, outcome = gather(inventory, limit, forks, on_update)
     else:
-        members, _ = gather(inventory, limit, forks, line_view(lambda line: click.echo(line, err=True)))
-    return members
+        members, outcome = gather(inventory, limit, forks, line_view(lambda line: click.echo(line, err=True)))
+    return members, outcome.signal
 
 
 def _format_options(fn):
@@ -228,11 +230,14 @@ def _profile(profile):
 def _check_fleet(inventory, limit, forks, sources, context, skip, only, baseline, show_drift, fmt, output, verbose):
     from .fleet import judge_fleet, load_saved
     from .report import fleet_document
-    members = _gather_fleet(inventory, limit, forks, progress=fmt == "text") if inventory else load_saved(sources)
+    members, cancelled = (_gather_fleet(inventory, limit, forks, progress=fmt == "text") if inventory
+                          else (load_saved(sources), None))
     document = fleet_document(judge_fleet(members, context, skip, only, baseline))
     if fmt == "text" and not show_drift:
         document = dict(document, drift=dict(document["drift"], brief=True))
     _emit(document, fmt, output, verbose)
+    if cancelled:             # Ctrl-C / SIGTERM: the hosts not probed are reported as interrupted
+        sys.exit(128 + cancelled)
     if document["verdict"] == "fail":
         sys.exit(EXIT_FAILED)
 

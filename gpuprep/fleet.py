@@ -176,6 +176,10 @@ def _gathered(name: str, host) -> Member:
 
 
 _PROBE_FAILURES = (
+    # ansible-core 2.19+ says "Timed out after N second(s)", earlier ones "... in the expected time frame (N) ..."
+    (re.compile(r"[Tt]imed out after (\d+) second|failed to execute in the expected time frame \((\d+)\)"),
+     "probe timed out after {} s "
+     "(a hung GPU or NVML call?); raise -e gpuprep_probe_timeout=SECONDS if the host is only slow"),
     (re.compile(r"python3?: (?:command )?not found|No such file or directory.*python", re.I),
      "no Python 3 on the host (the probe needs python3 >= 3.8 and nothing else)"),
     (re.compile(r"gpuprep-probe: error: (.+)"), None),
@@ -186,6 +190,7 @@ def _probe_problem(message: str) -> str:
     for pattern, meaning in _PROBE_FAILURES:
         match = pattern.search(message)
         if match:
-            return meaning or match.group(1).strip()
+            found = [g for g in match.groups() if g is not None]
+            return meaning.format(*found) if meaning else found[0].strip()
     lines = [l for l in message.strip().splitlines() if l.strip()]
     return "probe failed: " + (lines[-1] if lines else "no output")

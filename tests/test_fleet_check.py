@@ -12,8 +12,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow,
               pytest.mark.skipif(not docker_ready(), reason="needs Docker and the base image (.ci/docker-setup.sh)")]
 
 GOOD = ["gpfc-a", "gpfc-b", "gpfc-c"]
-NO_PYTHON, STOPPED = "gpfc-nopy", "gpfc-down"
-ALL = GOOD + [NO_PYTHON, STOPPED]
+NO_PYTHON, STOPPED, HUNG = "gpfc-nopy", "gpfc-down", "gpfc-hung"
+ALL = GOOD + [NO_PYTHON, STOPPED, HUNG]
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,12 @@ def fleet(tmp_path_factory):
     node_exec("gpfc-c", "sed", "-i", 's/^VERSION_ID=.*/VERSION_ID="12.99"/', "/etc/os-release", check=True)
     node_exec(NO_PYTHON, "sh", "-c", "rm -f /usr/bin/python3 /usr/bin/python3.*", check=True)
     docker("stop", "-t", "1", STOPPED)
-    inventory = write_inventory(tmp_path_factory.mktemp("inv") / "fleet.yml", ALL)
+    # gpfc-hung's probe never returns (as when NVML hangs on a GPU that fell off the bus)
+    node_exec(HUNG, "sh", "-c", "printf '#!/bin/sh\nexec sleep 600\n' > /usr/local/bin/hung && chmod +x /usr/local/bin/hung",
+              check=True)
+    inventory = write_inventory(tmp_path_factory.mktemp("inv") / "fleet.yml", ALL,
+                                host_vars={HUNG: {"gpuprep_probe_python": "/usr/local/bin/hung"}},
+                                group_vars={"gpuprep_probe_timeout": 8})
     yield inventory
     remove_nodes(ALL)
 
@@ -42,7 +47,8 @@ def test_check_inventory_judges_each_host_and_reports_the_ones_it_could_not(flee
         assert snapshot["sources"][0] == f"ansible:{name}"
     assert hosts[NO_PYTHON]["status"] == "probe-failed" and "no Python 3" in hosts[NO_PYTHON]["problem"]
     assert hosts[STOPPED]["status"] == "unreachable"
-    assert doc["summary"]["hosts_unchecked"] == 2
+    assert hosts[HUNG]["status"] == "probe-failed" and "timed out after 8 s" in hosts[HUNG]["problem"]
+    assert doc["summary"]["hosts_unchecked"] == 3
     os_drift = [f for f in doc["drift"]["facts"] if f["id"] == "drift.os"]
     assert os_drift and os_drift[0]["odd_hosts"] == ["gpfc-c"] and os_drift[0]["reference"].endswith(" 12")
     drifting = {f["id"] for f in doc["drift"]["facts"]}
@@ -58,7 +64,7 @@ def test_snapshot_inventory_saves_a_fleet_that_check_judges_offline(fleet, tmp_p
     doc = json.loads(offline.stdout)
     assert offline.returncode == 1
     assert {n: h["status"] for n, h in doc["hosts"].items()} == {
-        **{n: "checked" for n in GOOD}, NO_PYTHON: "probe-failed", STOPPED: "unreachable"}
+        **{n: "checked" for n in GOOD}, NO_PYTHON: "probe-failed", STOPPED: "unreachable", HUNG: "probe-failed"}
     assert [f["odd_hosts"] for f in doc["drift"]["facts"]] == [["gpfc-c"]]
     # --baseline: measured against the odd host, the other two differ
     against = json.loads(run_cli("check", "--from", str(tmp_path), "--baseline", "gpfc-c", "--json").stdout)
