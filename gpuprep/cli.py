@@ -311,7 +311,9 @@ def _apply_options(fn):
         click.option("--limit", help="Only hosts matching this Ansible pattern."),
         click.option("--local", is_flag=True, help="This machine, without an inventory."),
         click.option("--forks", type=click.IntRange(1, 500), help="Parallel hosts (default: the inventory's size)."),
-        click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="KEY=VALUE", help="Role variable. Repeatable."),
+        click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS",
+                     help="Role variables as ansible-playbook takes them: 'k=v k2=v2', a JSON/YAML mapping, or "
+                          "@FILE.yml. Repeatable; later values win."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document with per-host results."),
         click.option("--no-mitogen", is_flag=True, help="Use Ansible's own strategy instead of Mitogen's."),
     ]

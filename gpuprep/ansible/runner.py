@@ -89,17 +89,64 @@ def ensure_ansible_core() -> str:
     return playbook
 
 
-def parse_extravars(pairs: Sequence[str]) -> Dict[str, object]:
-    import yaml
+def parse_extravars(values: Sequence[str]) -> Dict[str, object]:
+    """-e as ansible-playbook takes it, repeatable, later wins: `k=v k2='two words'` (values read as YAML, so
+    600 is a number), a JSON/YAML mapping `{"k": "v"}`, or `@file.yml` / `@file.json`."""
     out: Dict[str, object] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
+    for value in values:
+        text = value.strip()
+        if text.startswith("@"):
+            out.update(_vars_file(text[1:]))
+        elif text.startswith("{"):
+            out.update(_mapping(text, f"-e {value!r}"))
+        else:
+            out.update(_pairs(value))
+    return out
+
+
+def _mapping(text: str, origin: str) -> Dict[str, object]:
+    import yaml
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise BadInput(f"{origin}: not valid JSON/YAML ({str(exc).splitlines()[0]})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) and k.isidentifier() for k in data):
+        raise BadInput(f"{origin}: expected a mapping of variable names to values")
+    return data
+
+
+def _vars_file(path: str) -> Dict[str, object]:
+    if not path:
+        raise BadInput("-e @: expected @FILE (YAML or JSON)")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise BadInput(f"-e @{path}: cannot read ({exc.strerror or exc})") from None
+    return _mapping(text, f"-e @{path}")
+
+
+def _pairs(value: str) -> Dict[str, object]:
+    import shlex
+
+    import yaml
+    try:
+        words = shlex.split(value)
+    except ValueError as exc:
+        raise BadInput(f"-e {value!r}: {exc}") from None
+    if not all("=" in w for w in words):       # `k={a: 1, b: 2}`: one pair whose value has spaces
+        words = [value.strip()]
+    out: Dict[str, object] = {}
+    for word in words or [value]:
+        key, sep, raw = word.partition("=")
         if not sep or not key.strip().isidentifier():
-            raise BadInput(f"-e {pair!r}: expected KEY=VALUE")
+            raise BadInput(f"-e {value!r}: expected KEY=VALUE, a JSON/YAML mapping or @FILE")
         try:
-            out[key.strip()] = yaml.safe_load(value) if value else ""
+            out[key.strip()] = yaml.safe_load(raw) if raw else ""
         except yaml.YAMLError:
-            out[key.strip()] = value
+            out[key.strip()] = raw
     return out
 
 
@@ -148,6 +195,14 @@ def mitogen_env() -> Dict[str, str]:
 def artifacts_root() -> str:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return os.path.join(base, "gpuprep", "runs")
+
+
+def keep_runs() -> int:
+    """How many run directories stay under artifacts_root(): GPUPREP_KEEP_RUNS, default 100."""
+    value = os.environ.get("GPUPREP_KEEP_RUNS", "100")
+    if not value.isdigit() or int(value) < 1:
+        raise BadInput(f"GPUPREP_KEEP_RUNS={value!r}: expected a whole number >= 1")
+    return int(value)
 
 
 def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] = None) -> ApplyOutcome:
@@ -207,7 +262,9 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
                   cmdline=" ".join(cmdline) or None, suppress_env_files=True, envvars=envvars,
                   # facts live in memory: a jsonfile cache under the artifacts would hold each host's environment
                   # and fail on a host name with '/' in it
-                  fact_cache_type="memory")
+                  fact_cache_type="memory",
+                  # keep the newest runs only (ansible-runner removes the oldest run directories)
+                  rotate_artifacts=keep_runs())
     state = RunState()
     for name in hosts:
         state.host(name)

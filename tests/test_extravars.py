@@ -1,0 +1,51 @@
+"""`-e` in the forms ansible-playbook takes: pairs (several in one), a JSON/YAML mapping, @file; bad forms refused."""
+import pytest
+
+from gpuprep.ansible.runner import parse_extravars
+from gpuprep.errors import BadInput
+
+
+def test_pairs_mappings_and_files_combine_in_order(tmp_path):
+    vars_file = tmp_path / "site.yml"
+    vars_file.write_text("gpu_clocks_power_limit_w: 650\nnccl_env_overrides: {NCCL_DEBUG: INFO}\n")
+    got = parse_extravars(["a=1 b='two words'", '{"c": [1, 2], "a": 3}', f"@{vars_file}",
+                           "gpu_clocks_power_limit_w=600", "nccl_env_overrides={NCCL_DEBUG: WARN, NCCL_ALGO: Ring}"])
+    assert got == {"a": 3, "b": "two words", "c": [1, 2], "gpu_clocks_power_limit_w": 600,
+                   "nccl_env_overrides": {"NCCL_DEBUG": "WARN", "NCCL_ALGO": "Ring"}}
+
+
+@pytest.mark.parametrize("value, message", [
+    ("novalue", "expected KEY=VALUE"),
+    ("1bad=2", "expected KEY=VALUE"),
+    ("a='unclosed", "No closing quotation"),
+    ("{not: [valid", "not valid JSON/YAML"),
+    ('{"a b": 1}', "mapping of variable names"),
+    ("@", "expected @FILE"),
+    ("@/nonexistent/vars.yml", "cannot read"),
+])
+def test_bad_forms_are_refused_with_the_reason(value, message):
+    with pytest.raises(BadInput, match=message):
+        parse_extravars([value])
+
+
+def test_a_vars_file_that_is_not_a_mapping_is_refused(tmp_path):
+    path = tmp_path / "list.yml"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(BadInput, match="mapping"):
+        parse_extravars([f"@{path}"])
+
+
+def test_only_the_newest_runs_are_kept(tmp_path):
+    """GPUPREP_KEEP_RUNS: ansible-runner rotates the run directories (here through check -i on this machine)."""
+    import os
+    import sys
+
+    from conftest import run_cli
+    inventory = tmp_path / "local.ini"
+    inventory.write_text(f"here ansible_connection=local ansible_python_interpreter={sys.executable} "
+                         "gpuprep_check_become=false\n")
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"), GPUPREP_KEEP_RUNS="2")
+    for _ in range(3):
+        done = run_cli("check", "-i", str(inventory), "--json", env=env, timeout=300)
+        assert done.returncode in (0, 1), done.stderr[-2000:]
+    assert len(os.listdir(tmp_path / "state" / "gpuprep" / "runs")) == 2
