@@ -68,6 +68,37 @@ def _gather(sources: List[str], root: str, no_docker: bool, allow_mixed: bool = 
     return collect(root=root, docker=not no_docker)
 
 
+def _connection_options(fn):
+    """-u, --private-key, --become-method, -K as ansible-playbook takes them; gathered in the click context."""
+    def keep(ctx, param, value):
+        ctx.meta.setdefault("connection", {})[param.name] = value
+        return value
+    options = [
+        click.option("-u", "--user", "user", metavar="USER", expose_value=False, callback=keep,
+                     help="Connect as this user (Ansible's remote_user)."),
+        click.option("--private-key", "private_key", metavar="FILE", expose_value=False, callback=keep,
+                     type=click.Path(exists=True, dir_okay=False), help="SSH private key file."),
+        click.option("--become-method", "become_method", metavar="METHOD", expose_value=False, callback=keep,
+                     help="sudo (default), su, doas, ..."),
+        click.option("-K", "--ask-become-pass", "ask_become_pass", is_flag=True, expose_value=False, callback=keep,
+                     help="Ask for the become (sudo) password; it is never written to artifacts or logs."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _connection():
+    """The Connection the current command's options ask for (prompting for -K's password here, once)."""
+    from .ansible.runner import Connection
+    given = click.get_current_context().meta.get("connection", {})
+    password = None
+    if given.get("ask_become_pass"):
+        password = click.prompt("BECOME password", hide_input=True, err=True, default="", show_default=False)
+    return Connection(user=given.get("user"), private_key=given.get("private_key"),
+                      become_method=given.get("become_method"), become_password=password)
+
+
 def _fleet_options(fn):
     options = [
         click.option("-i", "--inventory", help="Every host of this Ansible inventory (the probe runs there with "
@@ -77,7 +108,7 @@ def _fleet_options(fn):
     ]
     for option in reversed(options):
         fn = option(fn)
-    return fn
+    return _connection_options(fn)
 
 
 @cli.command()
@@ -117,11 +148,13 @@ def _gather_fleet(inventory, limit, forks, progress: bool):
     """The fleet's members, with apply's live per-host view on a terminal (plain lines otherwise)."""
     from .ansible.view import line_view, live_view
     from .fleet import gather
+    connection = _connection()
     if progress and sys.stderr.isatty():
         with live_view() as on_update:
-            members, outcome = gather(inventory, limit, forks, on_update)
+            members, outcome = gather(inventory, limit, forks, on_update, connection=connection)
     else:
-        members, outcome = gather(inventory, limit, forks, line_view(lambda line: click.echo(line, err=True)))
+        members, outcome = gather(inventory, limit, forks, line_view(lambda line: click.echo(line, err=True)),
+                                  connection=connection)
     return members, outcome.signal
 
 
@@ -319,7 +352,7 @@ def _apply_options(fn):
     ]
     for option in reversed(options):
         fn = option(fn)
-    return fn
+    return _connection_options(fn)
 
 
 def _run_playbook(playbook, inventory, limit, local, forks, extra_vars, as_json, no_mitogen, tags=(), skip_tags=(),
@@ -332,6 +365,7 @@ def _run_playbook(playbook, inventory, limit, local, forks, extra_vars, as_json,
     if request.local and request.inventory:
         from .errors import BadInput
         raise BadInput("give either -i INVENTORY or --local, not both")
+    request.connection = _connection()
     if as_json:
         outcome = run(request)
     elif sys.stderr.isatty():
@@ -401,6 +435,7 @@ def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, tags
 @click.option("--node-rank", type=click.IntRange(0, 4095), default=0, show_default=True)
 @click.option("--rdzv-timeout", type=click.FloatRange(5, 3600), default=60, show_default=True, help="Seconds to wait for every node.")
 @_format_options
+@_connection_options
 def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_timeout, fmt, as_json, output):
     """Short torchrun DDP burn-in: every rank trains, all-reduce bandwidth sweep, memory check, straggler named."""
     from .burnin import launch, parse_duration, torch_available
@@ -419,7 +454,7 @@ def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_
         raise BadInput("--nnodes > 1 needs --master HOST:PORT (the rendezvous on node rank 0)")
     if inventory:
         from .burnin.fleet import run_fleet
-        run = run_fleet(inventory, seconds, nproc, backend, master, rdzv_timeout)
+        run = run_fleet(inventory, seconds, nproc, backend, master, rdzv_timeout, connection=_connection())
         chosen = next(iter(run.ranks.values()))["backend"] if run.ranks else backend
     else:
         if not torch_available():

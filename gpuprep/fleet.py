@@ -141,7 +141,7 @@ def looks_like_fleet(paths: Sequence[str]) -> bool:
 # --- gathering through Ansible ---------------------------------------------------------------------------
 
 def gather(inventory: str, limit: Optional[str], forks: Optional[int],
-           on_update: Optional[Callable] = None, extravars: Optional[dict] = None):
+           on_update: Optional[Callable] = None, extravars: Optional[dict] = None, connection=None):
     """Run check.yml: the probe zipapp runs on every host (Python 3 there, nothing installed) and prints
     its snapshot. Returns (members, outcome)."""
     from .ansible.runner import ApplyRequest, run
@@ -150,7 +150,7 @@ def gather(inventory: str, limit: Optional[str], forks: Optional[int],
     # Ansible's own strategy: the probe runs through `script`, which needs no Python on the host to start,
     # so a host without python3 is reported as such instead of failing Mitogen's bootstrap.
     outcome = run(ApplyRequest(playbook="check.yml", inventory=inventory, limit=limit, forks=forks,
-                               extravars=variables, mitogen=False), on_update)
+                               extravars=variables, mitogen=False, connection=connection), on_update)
     return [_gathered(name, outcome.state.hosts.get(name)) for name in outcome.hosts_in_inventory], outcome
 
 

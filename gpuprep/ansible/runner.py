@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import queue
+import shlex
 import signal
 import shutil
 import subprocess
@@ -28,6 +29,33 @@ EXTRA_TAGS = ("always", "never", "system_tuning_governor", "system_tuning_sysctl
 
 
 @dataclass
+class Connection:
+    """How hosts are reached, as ansible-playbook's -u, --private-key, --become-method, -K take it. The
+    password is handed to ansible-runner's prompt answering only: never on a command line or in a file."""
+    user: Optional[str] = None
+    private_key: Optional[str] = None
+    become_method: Optional[str] = None
+    become_password: Optional[str] = None
+
+    def argv(self) -> List[str]:
+        out: List[str] = []
+        if self.user:
+            out += ["--user", self.user]
+        if self.private_key:
+            out += ["--private-key", self.private_key]
+        if self.become_method:
+            out += ["--become-method", self.become_method]
+        if self.become_password is not None:
+            out.append("--ask-become-pass")
+        return out
+
+    def passwords(self) -> Optional[Dict[str, str]]:
+        if self.become_password is None:
+            return None
+        return {r"^BECOME password.*:\s*?$": self.become_password}
+
+
+@dataclass
 class ApplyRequest:
     playbook: str                        # apply.yml | revert.yml
     inventory: Optional[str]
@@ -40,6 +68,7 @@ class ApplyRequest:
     extravars: Optional[Dict[str, object]] = None
     local: bool = False
     mitogen: bool = True       # Mitogen's strategy when installed: one persistent interpreter per host
+    connection: Optional[Connection] = None
 
 
 @dataclass
@@ -240,6 +269,8 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
         cmdline.append("--check")
     if request.diff:
         cmdline.append("--diff")
+    connection = request.connection or Connection()
+    cmdline += connection.argv()
 
     events: "queue.Queue[dict]" = queue.Queue()
 
@@ -259,7 +290,8 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
                   inventory=inventory, ident=ident, artifact_dir=artifacts, forks=forks, quiet=True,
                   event_handler=enqueue, extravars=extravars or None, limit=request.limit,
                   tags=",".join(request.tags) or None, skip_tags=",".join(request.skip_tags) or None,
-                  cmdline=" ".join(cmdline) or None, suppress_env_files=True, envvars=envvars,
+                  cmdline=shlex.join(cmdline) or None, suppress_env_files=True, envvars=envvars,
+                  passwords=connection.passwords(),
                   # facts live in memory: a jsonfile cache under the artifacts would hold each host's environment
                   # and fail on a host name with '/' in it
                   fact_cache_type="memory",
@@ -276,7 +308,10 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
             thread.join()
     finally:
         shutil.rmtree(private, ignore_errors=True)
-        scrub(os.path.join(artifacts, ident), request.extravars or {}, envvars)
+        secrets = dict(request.extravars or {})
+        if connection.become_password:
+            secrets["become password"] = connection.become_password
+        scrub(os.path.join(artifacts, ident), secrets, envvars)
     while not events.empty():
         reduce(state, events.get(), time.monotonic())
     if caught:

@@ -13,7 +13,8 @@ from ..errors import BadInput
 from . import RunResult
 
 
-def run_fleet(inventory: str, seconds: float, nproc: str, backend: str, master, rdzv_timeout: float) -> RunResult:
+def run_fleet(inventory: str, seconds: float, nproc: str, backend: str, master, rdzv_timeout: float,
+              connection=None) -> RunResult:
     from ..ansible.runner import ApplyRequest, run
     collect = tempfile.mkdtemp(prefix="gpuprep-burnin-reports-")
     extravars = {"burnin_duration": f"{int(seconds)}s", "burnin_seconds": int(seconds), "burnin_nproc": nproc,
@@ -26,7 +27,7 @@ def run_fleet(inventory: str, seconds: float, nproc: str, backend: str, master, 
         extravars.update(burnin_master_addr=host, burnin_port=int(port))
     start = time.monotonic()
     outcome = run(ApplyRequest(playbook="burnin.yml", inventory=inventory, extravars=extravars,
-                               forks=None))
+                               forks=None, connection=connection))
     ranks, nodes, missing_hosts = {}, 0, []
     world = 0
     for host in outcome.hosts_in_inventory:
