@@ -13,7 +13,7 @@ from .rules import Context, Finding, judge_all, select
 from .snapshot import Snapshot
 
 PROBE_ERROR_SCHEMA = "gpuprep.probe-error/1"
-COLLECT_TASK = "collect snapshot"        # the task of check.yml whose stdout is the host's snapshot
+COLLECT_TASK = "Collect snapshot"        # the task of check.yml whose stdout is the host's snapshot
 
 
 @dataclass

@@ -31,7 +31,7 @@ class HostState:
     drift: Dict[str, List[str]] = field(default_factory=dict)  # role -> what moved since its last full run
     final: bool = False            # counts replaced by playbook_on_stats
     interrupted_at: Optional[str] = None   # the task it was in when the run was cancelled
-    collected: Dict[str, str] = field(default_factory=dict)  # "collect ..." task -> its stdout (a probe's snapshot)
+    collected: Dict[str, str] = field(default_factory=dict)  # "Collect ..." task -> its stdout (a probe's snapshot)
 
     @property
     def succeeded(self) -> bool:
@@ -117,7 +117,7 @@ def reduce(state: RunState, event: dict, now: float) -> RunState:
         if result.get("changed"):
             host.changed += 1
             host.changed_tasks.append(data.get("task") or "?")
-        if (data.get("task") or "").startswith("collect "):
+        if (data.get("task") or "").lower().startswith("collect "):
             host.collected[data["task"]] = str(result.get("stdout") or "")
         if (data.get("task_action") or "").endswith("gpuprep_converged"):
             if result.get("converged") is True:
