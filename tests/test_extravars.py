@@ -49,3 +49,21 @@ def test_only_the_newest_runs_are_kept(tmp_path):
         done = run_cli("check", "-i", str(inventory), "--json", env=env, timeout=300)
         assert done.returncode in (0, 1), done.stderr[-2000:]
     assert len(os.listdir(tmp_path / "state" / "gpuprep" / "runs")) == 2
+
+
+def test_verbose_streams_ansibles_output_with_secrets_redacted(tmp_path):
+    """-vv: Ansible's own output on stderr as it comes; an -e value never shows, in it or in the artifacts."""
+    import os
+    import secrets
+
+    from conftest import run_cli
+    secret = "s3cr3t-" + secrets.token_hex(6)
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    done = run_cli("apply", "--local", "--check", "--tags", "nccl_env", "-e", f"nccl_env_overrides={{NCCL_DEBUG: {secret}}}",
+                   "-vv", env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "TASK [nccl_env : Compute the environment]" in done.stderr and "<redacted>" in done.stderr
+    assert secret not in done.stderr + done.stdout
+    for folder, _, names in os.walk(tmp_path / "state"):
+        for name in names:
+            assert secret not in open(os.path.join(folder, name), errors="replace").read()

@@ -38,7 +38,7 @@ def _forms(secret: str) -> Iterable[str]:
     yield json.dumps(secret, ensure_ascii=False)[1:-1]
 
 
-def _scrub_text(text: str, secrets: List[str]) -> str:
+def redact(text: str, secrets: List[str]) -> str:
     for secret in secrets:
         for form in _forms(secret):
             text = text.replace(form, REDACTED)
@@ -68,7 +68,7 @@ def scrub(run_dir: str, extravars: Dict[str, object], kept_env: Iterable[str]) -
             path = os.path.join(folder, name)
             with open(path, "rb") as fh:
                 text = fh.read().decode("utf-8", "surrogateescape")
-            clean = _scrub_text(text, secrets)
+            clean = redact(text, secrets)
             if clean != text:
                 with open(path, "wb") as fh:
                     fh.write(clean.encode("utf-8", "surrogateescape"))

@@ -69,6 +69,7 @@ class ApplyRequest:
     local: bool = False
     mitogen: bool = True       # Mitogen's strategy when installed: one persistent interpreter per host
     connection: Optional[Connection] = None
+    verbosity: int = 0         # -v..-vvvv: Ansible's own output, streamed (secrets redacted)
 
 
 @dataclass
@@ -234,7 +235,9 @@ def keep_runs() -> int:
     return int(value)
 
 
-def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] = None) -> ApplyOutcome:
+def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] = None,
+        on_output: Optional[Callable[[str], None]] = None) -> ApplyOutcome:
+    """`on_output` receives Ansible's own output as it comes (with -e values and the become password redacted)."""
     import ansible_runner
 
     validate_tags(list(request.tags) + list(request.skip_tags))
@@ -296,7 +299,11 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
                   # and fail on a host name with '/' in it
                   fact_cache_type="memory",
                   # keep the newest runs only (ansible-runner removes the oldest run directories)
-                  rotate_artifacts=keep_runs())
+                  rotate_artifacts=keep_runs(), verbosity=request.verbosity or None)
+    secrets = dict(request.extravars or {})
+    if connection.become_password:
+        secrets["become password"] = connection.become_password
+    output = _redacting(on_output, secrets) if on_output else None
     state = RunState()
     for name in hosts:
         state.host(name)
@@ -304,13 +311,10 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
         with _signals_cancel() as caught:
             kwargs["cancel_callback"] = lambda: bool(caught)
             thread, runner = ansible_runner.run_async(**kwargs)
-            _drain(events, runner, state, on_update)
+            _drain(events, runner, state, on_update, output)
             thread.join()
     finally:
         shutil.rmtree(private, ignore_errors=True)
-        secrets = dict(request.extravars or {})
-        if connection.become_password:
-            secrets["become password"] = connection.become_password
         scrub(os.path.join(artifacts, ident), secrets, envvars)
     while not events.empty():
         reduce(state, events.get(), time.monotonic())
@@ -326,8 +330,15 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
                         rc=runner.rc, hosts_in_inventory=hosts, signal=caught[0] if caught else None)
 
 
+def _redacting(write: Callable[[str], None], secrets: Dict[str, object]) -> Callable[[str], None]:
+    from .artifacts import redact, secret_strings
+    known = secret_strings(secrets)
+    return lambda text: write(redact(text, known))
+
+
 def _drain(events: "queue.Queue[dict]", runner, state: RunState,
-           on_update: Optional[Callable[[RunState], None]]) -> None:
+           on_update: Optional[Callable[[RunState], None]],
+           on_output: Optional[Callable[[str], None]] = None) -> None:
     while True:
         try:
             event = events.get(timeout=0.2)
@@ -336,6 +347,8 @@ def _drain(events: "queue.Queue[dict]", runner, state: RunState,
                 return
             continue
         reduce(state, event, time.monotonic())
+        if on_output and event.get("stdout"):
+            on_output(event["stdout"])
         if on_update:
             on_update(state)
 
