@@ -350,19 +350,21 @@ def _apply_options(fn):
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document with per-host results."),
         click.option("--no-mitogen", is_flag=True, help="Use Ansible's own strategy instead of Mitogen's."),
         click.option("-v", "--verbose", "verbosity", count=True, help="Stream Ansible's own output (-vvv: more)."),
+        click.option("--timeout", "run_timeout", type=click.IntRange(1, 7 * 86400), metavar="SECONDS",
+                     help="Cancel the run after this long; the summary marks the hosts it stopped."),
     ]
     for option in reversed(options):
         fn = option(fn)
     return _connection_options(fn)
 
 
-def _run_playbook(playbook, inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, tags=(),
-                  skip_tags=(), check=False, diff=False):
+def _run_playbook(playbook, inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, run_timeout,
+                  tags=(), skip_tags=(), check=False, diff=False):
     from .ansible.runner import ApplyRequest, parse_extravars, run
     from .ansible.view import line_view, live_view, summary_table
     request = ApplyRequest(playbook=playbook, inventory=inventory, limit=limit, local=local, forks=forks,
                            extravars=parse_extravars(extra_vars), tags=_split(tags), skip_tags=_split(skip_tags),
-                           check=check, diff=diff, mitogen=not no_mitogen, verbosity=verbosity)
+                           check=check, diff=diff, mitogen=not no_mitogen, verbosity=verbosity, timeout=run_timeout)
     if request.local and request.inventory:
         from .errors import BadInput
         raise BadInput("give either -i INVENTORY or --local, not both")
@@ -404,29 +406,31 @@ def _split(values):
 @click.option("--diff", is_flag=True, help="Show the changes to files.")
 @click.option("--full", is_flag=True,
               help="Run every task, even in roles whose host still holds what their last full run left.")
-def apply(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, tags, skip_tags, check, diff,
-          full):
+def apply(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, run_timeout, tags, skip_tags,
+          check, diff, full):
     """Tune GPU nodes with gpuprep's Ansible roles (through ansible-runner). Exit 0 only if every host succeeded."""
     if full:
         extra_vars = (*extra_vars, "gpuprep_fast_rerun=false")
     if "gpuprep_agent" in _split(tags) and not any(e.startswith("gpuprep_agent_pyz=") for e in extra_vars):
         from .zipapp import probe_zipapp    # the agent role installs this very gpuprep's probe
         extra_vars = (*extra_vars, f"gpuprep_agent_pyz={probe_zipapp()}")
-    _run_playbook("apply.yml", inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, tags, skip_tags,
+    _run_playbook("apply.yml", inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, run_timeout,
+                  tags, skip_tags,
                   check, diff)
 
 
 @cli.command()
 @_apply_options
 @click.option("--tags", multiple=True, help="Only these roles, comma-separated (default: every role).")
-def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, tags):
+def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, run_timeout, tags):
     """Put back everything apply recorded (files, units, values, held packages, clocks)."""
     from .ansible.runner import ROLE_TAGS
     from .errors import BadInput
     unknown = [t for t in _split(tags) if t not in ROLE_TAGS]
     if unknown:
         raise BadInput(f"unknown role(s) {', '.join(unknown)} (roles: {', '.join(ROLE_TAGS)})")
-    _run_playbook("revert.yml", inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, tags)
+    _run_playbook("revert.yml", inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, run_timeout,
+                  tags)
 
 
 @cli.command()

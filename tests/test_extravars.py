@@ -67,3 +67,28 @@ def test_verbose_streams_ansibles_output_with_secrets_redacted(tmp_path):
     for folder, _, names in os.walk(tmp_path / "state"):
         for name in names:
             assert secret not in open(os.path.join(folder, name), errors="replace").read()
+
+
+def test_run_timeout_cancels_a_hung_run_and_says_where_each_host_was(tmp_path):
+    """--timeout: a host whose Python never answers (here an interpreter that sleeps) is stopped at the limit,
+    the summary marks it interrupted, nothing of the run lives on, exit 1."""
+    import json
+    import os
+
+    import psutil
+
+    from conftest import run_cli
+    hung = tmp_path / "hung-python"
+    hung.write_text("#!/bin/sh\nsleep 607\n")
+    hung.chmod(0o755)
+    inventory = tmp_path / "hung.ini"
+    inventory.write_text(f"stuck ansible_connection=local ansible_python_interpreter={hung}\n")
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    done = run_cli("apply", "-i", str(inventory), "--tags", "nccl_env", "--timeout", "5", "--json", env=env, timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    assert doc["interrupted"] == "timeout after 5 s" and doc["hosts"]["stuck"]["interrupted"]
+    assert doc["hosts"]["stuck"]["interrupted_at"] == "Gathering Facts"
+    left = [p.pid for p in psutil.process_iter(["cmdline"])
+            if str(hung) in " ".join(p.info["cmdline"] or []) or p.info["cmdline"] == ["sleep", "607"]]
+    assert left == []

@@ -70,6 +70,7 @@ class ApplyRequest:
     mitogen: bool = True       # Mitogen's strategy when installed: one persistent interpreter per host
     connection: Optional[Connection] = None
     verbosity: int = 0         # -v..-vvvv: Ansible's own output, streamed (secrets redacted)
+    timeout: Optional[int] = None   # seconds for the whole run; then it is cancelled like an interrupt
 
 
 @dataclass
@@ -299,7 +300,7 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
                   # and fail on a host name with '/' in it
                   fact_cache_type="memory",
                   # keep the newest runs only (ansible-runner removes the oldest run directories)
-                  rotate_artifacts=keep_runs(), verbosity=request.verbosity or None)
+                  rotate_artifacts=keep_runs(), verbosity=request.verbosity or None, timeout=request.timeout)
     secrets = dict(request.extravars or {})
     if connection.become_password:
         secrets["become password"] = connection.become_password
@@ -318,12 +319,13 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
         scrub(os.path.join(artifacts, ident), secrets, envvars)
     while not events.empty():
         reduce(state, events.get(), time.monotonic())
-    if caught:
+    timed_out = runner.status == "timeout" and not state.finished
+    if caught or timed_out:
         _reap(os.path.join(artifacts, ident))
-        interrupt(state, signal.Signals(caught[0]).name)
+        interrupt(state, signal.Signals(caught[0]).name if caught else f"timeout after {request.timeout} s")
     if on_update:
         on_update(state)
-    if not caught and not state.finished and runner.rc != 0:
+    if not caught and not timed_out and not state.finished and runner.rc != 0:
         message = _first_error(runner) or f"ansible-playbook exited with {runner.rc}"
         raise BadInput(message) if runner.rc in (4, 5) else RuntimeError(message)
     return ApplyOutcome(state=state, artifacts=os.path.join(artifacts, ident), status=runner.status,
