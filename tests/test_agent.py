@@ -68,3 +68,17 @@ def test_agent_without_a_zipapp_changes_nothing(node, tmp_path):
     message = doc["hosts"][NODE]["failed_tasks"][0]["message"]
     assert "gpuprep zipapp -o" in message and "Nothing was changed" in message
     assert node_exec(NODE, "test", "-e", "/etc/systemd/system/gpuprep-agent.timer").returncode == 1
+
+
+def test_one_state_directory_for_apply_and_revert(node):
+    """gpuprep_state_dir moves every role's revert record; revert reads the same variable."""
+    state = "/srv/gpuprep-state"
+    done = run_cli("apply", "-i", str(node), "--tags", "nccl_env", "-e", f"gpuprep_state_dir={state}", "--json",
+                   timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert node_exec(NODE, "test", "-s", f"{state}/nccl_env/manifest.json").returncode == 0
+    assert node_exec(NODE, "test", "-e", "/var/lib/gpuprep/nccl_env").returncode == 1
+    back = run_cli("revert", "-i", str(node), "--tags", "nccl_env", "-e", f"gpuprep_state_dir={state}", "--json",
+                   timeout=900)
+    assert back.returncode == 0, back.stdout[-3000:]
+    assert node_exec(NODE, "test", "-e", "/etc/gpuprep/env").returncode == 1
