@@ -185,14 +185,15 @@ def _chosen_format(fmt, as_json, output) -> str:
     return _EXTENSIONS.get(os.path.splitext(output)[1].lower(), "text") if output else "text"
 
 
-def _emit(document: dict, fmt: str, output, verbose: bool = False) -> None:
+def _emit(document: dict, fmt: str, output, verbose: bool = False, drift_groups: bool = False) -> None:
     from .report import render
     if output:
         from .output import write_atomic
-        write_atomic(output, render(document, fmt, colour=False, verbose=verbose))
+        write_atomic(output, render(document, fmt, colour=False, verbose=verbose, drift_groups=drift_groups))
         click.echo(f"gpuprep: wrote {output} ({fmt}, verdict {document['verdict']})", err=True)
     else:
-        click.echo(render(document, fmt, colour=sys.stdout.isatty() and fmt == "text", verbose=verbose), nl=False)
+        colour = sys.stdout.isatty() and fmt == "text"
+        click.echo(render(document, fmt, colour=colour, verbose=verbose, drift_groups=drift_groups), nl=False)
 
 
 @cli.command()
@@ -217,7 +218,7 @@ def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, 
           require_gpu, verbose, facts_only, root, no_docker, allow_mixed):
     """Gather facts (or read captures), judge them, report findings. Exit 1 if any check (or host) fails."""
     from .errors import BadInput
-    from .fleet import looks_like_fleet
+    from .fleet import saved_fleet
     from .rules import Context, check_filters, judge_all, select
 
     try:
@@ -231,9 +232,9 @@ def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, 
     if inventory and sources:
         raise BadInput("give either -i INVENTORY or --from files, not both")
     context = Context(profile=_profile(profile), require_gpu=require_gpu)
-    if inventory or looks_like_fleet(list(sources)):
-        _check_fleet(inventory, limit, forks, list(sources), context, skip, only, baseline, show_drift, fmt, output,
-                     verbose)
+    members = None if inventory else saved_fleet(list(sources))
+    if inventory or members is not None:
+        _check_fleet(inventory, limit, forks, members, context, skip, only, baseline, show_drift, fmt, output, verbose)
         return
     if baseline or show_drift:
         raise BadInput("--baseline and --drift compare hosts: give -i INVENTORY or snapshots of several hosts")
@@ -260,15 +261,15 @@ def _profile(profile):
     return load_profile(profile)
 
 
-def _check_fleet(inventory, limit, forks, sources, context, skip, only, baseline, show_drift, fmt, output, verbose):
-    from .fleet import judge_fleet, load_saved
+def _check_fleet(inventory, limit, forks, members, context, skip, only, baseline, show_drift, fmt, output, verbose):
+    """`members`: a saved fleet already read, or None to gather the inventory's."""
+    from .fleet import judge_fleet
     from .report import fleet_document
-    members, cancelled = (_gather_fleet(inventory, limit, forks, progress=fmt == "text") if inventory
-                          else (load_saved(sources), None))
+    cancelled = None
+    if inventory:
+        members, cancelled = _gather_fleet(inventory, limit, forks, progress=fmt == "text")
     document = fleet_document(judge_fleet(members, context, skip, only, baseline))
-    if fmt == "text" and not show_drift:
-        document = dict(document, drift=dict(document["drift"], brief=True))
-    _emit(document, fmt, output, verbose)
+    _emit(document, fmt, output, verbose, drift_groups=show_drift)
     if cancelled:             # Ctrl-C / SIGTERM: the hosts not probed are reported as interrupted
         sys.exit(128 + cancelled)
     if document["verdict"] == "fail":

@@ -118,24 +118,27 @@ def _member(text: str, path: str) -> Member:
     return Member(host_name(snap) if snap.sources or snap.system.hostname else stem, snap)
 
 
-def looks_like_fleet(paths: Sequence[str]) -> bool:
-    """--from names a fleet when it names a directory, or several snapshot files of different hosts."""
+def saved_fleet(paths: Sequence[str]) -> Optional[List[Member]]:
+    """The members when --from names a fleet (a directory, or snapshot files of several hosts), else None:
+    the files are one host's captures. Each file is read once."""
     if any(os.path.isdir(p) for p in paths):
-        return True
-    if len(paths) < 2:
-        return False
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                head = fh.read(4096)
-        except OSError:
-            return False
-        if not head.lstrip().startswith("{") or ("gpuprep.snapshot/" not in head and PROBE_ERROR_SCHEMA not in head):
-            return False
+        return load_saved(paths)
+    if len(paths) < 2 or not all(_is_saved_document(p) for p in paths):
+        return None
     try:
-        return len({m.name for m in load_saved(paths)}) > 1
+        members = load_saved(paths)
     except BadInput:
+        return None          # e.g. two snapshots of one host: combined as that host's captures
+    return members if len({m.name for m in members}) > 1 else None
+
+
+def _is_saved_document(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            head = fh.read(4096)
+    except OSError:
         return False
+    return head.lstrip().startswith("{") and ("gpuprep.snapshot/" in head or PROBE_ERROR_SCHEMA in head)
 
 
 # --- gathering through Ansible ---------------------------------------------------------------------------

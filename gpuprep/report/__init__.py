@@ -141,13 +141,14 @@ def to_json(document: dict) -> str:
     return json.dumps(document, indent=2)
 
 
-def render(document: dict, fmt: str, colour: bool = False, verbose: bool = False) -> str:
-    """The document in one of FORMATS (text renders for a terminal)."""
+def render(document: dict, fmt: str, colour: bool = False, verbose: bool = False, drift_groups: bool = False) -> str:
+    """The document in one of FORMATS. For text: ANSI colour, passing checks (`verbose`), and every group of
+    hosts behind each drifting fact (`drift_groups`) instead of the odd hosts only."""
     if fmt == "json":
         return to_json(document) + "\n"
     if fmt == "text":
         from .terminal import render_document
-        return render_document(document, colour=colour, verbose=verbose)
+        return render_document(document, colour=colour, verbose=verbose, drift_groups=drift_groups)
     if fmt == "junit":
         from .junit import render as render_junit
         return render_junit(document)

@@ -136,14 +136,14 @@ def _finding(data: dict):
     return Finding(**{k: data.get(k) for k in ("id", "severity", "subject", "title", "evidence", "remedy", "source")})
 
 
-def render_check(document: dict, colour: bool, verbose: bool = False) -> str:
+def render_check(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
     out = Writer(colour)
     render_facts(Snapshot.from_dict(document["snapshot"]), out)
     render_findings([_finding(f) for f in document["findings"]], out, verbose, document.get("waived"))
     return out.text()
 
 
-def render_fleet(document: dict, colour: bool, verbose: bool = False) -> str:
+def render_fleet(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
     out = Writer(colour)
     s = document["summary"]
     out.line(out.paint(f"gpuprep check: fleet of {s['hosts']} host(s)", "head"))
@@ -165,7 +165,7 @@ def render_fleet(document: dict, colour: bool, verbose: bool = False) -> str:
             out.line(f"  {out.paint(group['severity'].upper().ljust(4), group['severity'])}  {group['id']}  "
                      f"{len(hosts)} host(s): {named}")
     facts = document["drift"]["facts"]
-    brief = document["drift"].get("brief", False)
+    brief = not drift_groups
     if facts:
         out.heading("Drift between hosts" + (" (--drift shows every group)" if brief else ""))
         for fact in facts:
@@ -185,7 +185,7 @@ def render_fleet(document: dict, colour: bool, verbose: bool = False) -> str:
     return out.text()
 
 
-def render_burnin(document: dict, colour: bool, verbose: bool = False) -> str:
+def render_burnin(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
     out = Writer(colour)
     for rank in document["ranks"]:
         sweep = rank.get("allreduce", [])
@@ -199,8 +199,8 @@ def render_burnin(document: dict, colour: bool, verbose: bool = False) -> str:
     return out.text()
 
 
-def render_document(document: dict, colour: bool = False, verbose: bool = False) -> str:
+def render_document(document: dict, colour: bool = False, verbose: bool = False, drift_groups: bool = False) -> str:
     schema = document["schema"].split("/")[0]
     renderer = {"gpuprep.check": render_check, "gpuprep.fleet": render_fleet,
                 "gpuprep.burnin": render_burnin}[schema]
-    return renderer(document, colour, verbose)
+    return renderer(document, colour, verbose, drift_groups)
