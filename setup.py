@@ -1,6 +1,7 @@
-"""Ship the top-level playbooks/ inside the wheel as gpuprep/share/playbooks, so an
-installed gpuprep finds them next to its code (gpuprep.resources resolves both layouts).
-playbooks/module_utils is a link to gpuprep/module_utils: the wheel gets a copy of its files."""
+"""Ship gpuprep's Ansible collection (this repository's root is the collection gpuprep.node: galaxy.yml,
+meta/, roles/, plugins/, playbooks/) inside the wheel as gpuprep/share/ansible_collections/gpuprep/node,
+so an installed gpuprep runs the same files `ansible-galaxy collection build` packs. Links in the tree
+(gpuprep/module_utils -> plugins/module_utils) are copied as files."""
 import shutil
 from pathlib import Path
 
@@ -8,19 +9,22 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).parent
-SHARED = ("playbooks",)
+COLLECTION = ("galaxy.yml", "README.md", "meta", "roles", "plugins", "playbooks")
 
 
-class BuildWithPlaybooks(build_py):
+class BuildWithCollection(build_py):
     def run(self):
         super().run()
-        for name in SHARED:
+        target = Path(self.build_lib) / "gpuprep" / "share" / "ansible_collections" / "gpuprep" / "node"
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        for name in COLLECTION:
             source = HERE / name
             if source.is_dir():
-                target = Path(self.build_lib) / "gpuprep" / "share" / name
-                if target.exists():
-                    shutil.rmtree(target)
-                shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.retry"))
+                shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.retry"))
+            elif source.is_file():
+                shutil.copy(source, target / name)
 
 
-setup(cmdclass={"build_py": BuildWithPlaybooks})
+setup(cmdclass={"build_py": BuildWithCollection})

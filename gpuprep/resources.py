@@ -1,19 +1,48 @@
-"""Where the shipped playbooks live: inside the installed package (wheel) or at
-the top of a source checkout (editable install)."""
+"""Where gpuprep's Ansible collection (gpuprep.node: roles, modules, playbooks) lives. An installed wheel
+carries it as gpuprep/share/ansible_collections/gpuprep/node; a source checkout is the collection itself
+(galaxy.yml at the top), which Ansible finds through a link in gpuprep's cache directory, since Ansible
+looks a collection up as COLLECTIONS_PATH/ansible_collections/NAMESPACE/NAME."""
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
+NAMESPACE, NAME = "gpuprep", "node"
 
 
-def shared_dir(name: str) -> Path:
-    for candidate in (_PACKAGE / "share" / name, _PACKAGE.parent / name):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError(f"gpuprep installation is missing its {name}/ directory")
+def _cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuprep"
+
+
+def collections_path() -> Path:
+    """The directory to put on ANSIBLE_COLLECTIONS_PATH so that gpuprep.node is this gpuprep's collection."""
+    shipped = _PACKAGE / "share"
+    if (shipped / "ansible_collections" / NAMESPACE / NAME / "galaxy.yml").is_file():
+        return shipped
+    checkout = _PACKAGE.parent
+    if not (checkout / "galaxy.yml").is_file():
+        raise FileNotFoundError("gpuprep installation is missing its Ansible collection (gpuprep.node)")
+    return _link_checkout(checkout)
+
+
+def _link_checkout(checkout: Path) -> Path:
+    # one link per checkout (named by its path), replaced atomically so concurrent runs never see it missing
+    top = _cache_dir() / "collections" / hashlib.sha256(str(checkout).encode()).hexdigest()[:12]
+    link = top / "ansible_collections" / NAMESPACE / NAME
+    if not (link.is_symlink() and Path(os.readlink(link)) == checkout):
+        link.parent.mkdir(parents=True, exist_ok=True)
+        temporary = link.with_name(f".{NAME}.{os.getpid()}")
+        temporary.unlink(missing_ok=True)
+        temporary.symlink_to(checkout, target_is_directory=True)
+        os.replace(temporary, link)
+    return top
+
+
+def collection_dir() -> Path:
+    return collections_path() / "ansible_collections" / NAMESPACE / NAME
 
 
 def playbooks_dir() -> Path:
-    return shared_dir("playbooks")
-
+    return collection_dir() / "playbooks"

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
+from gpuprep.resources import collections_path
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGE = os.environ.get("GPUPREP_BASE_IMAGE", "gpuprep-debian12:v2")
@@ -56,8 +57,7 @@ def prepare(inventory: Path, forks: int = 10) -> None:
     """Install the fake GPU tools and stand-ins (the Molecule scenarios' prepare playbook)."""
     bindir = os.path.dirname(sys.executable)
     env = dict(os.environ, MOLECULE_PROJECT_DIRECTORY=str(REPO), GPUPREP_CORPUS=str(CORPUS),
-               ANSIBLE_LIBRARY=str(REPO / "playbooks" / "library"),
-               ANSIBLE_MODULE_UTILS=str(REPO / "playbooks" / "module_utils"), ANSIBLE_NOCOLOR="1", ANSIBLE_PIPELINING="True",
+               ANSIBLE_COLLECTIONS_PATH=str(collections_path()), ANSIBLE_NOCOLOR="1", ANSIBLE_PIPELINING="True",
                PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
     done = subprocess.run([os.path.join(bindir, "ansible-playbook"), "-i", str(inventory), "-f", str(forks),
                            str(REPO / "molecule" / "shared" / "prepare.yml")],

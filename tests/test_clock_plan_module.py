@@ -1,4 +1,4 @@
-"""The clock plan module (playbooks/library/gpuprep_clock_plan.py) run by real Ansible on this machine, fed the
+"""The clock plan module (plugins/modules/gpuprep_clock_plan.py) run by real Ansible on this machine, fed the
 GPUs of real captures: `-lgc` takes any clock in the supported range (a value between two steps is planned at
 the step below), `-ac` only an exact supported pair, and a GPU held below its lock by the power cap is no drift."""
 import json
@@ -8,6 +8,7 @@ import sys
 
 from conftest import REPO, corpus
 from gpuprep.module_utils.gpuprep_nvsmi import parse_xml
+from gpuprep.resources import collections_path
 
 
 def gpus_of(capture, **changes):
@@ -25,12 +26,11 @@ def gpus_of(capture, **changes):
 
 
 def plan(gpus, **args):
-    params = json.dumps({"gpus": gpus, "gpu_table": (REPO / "gpuprep" / "data" / "gpus.csv").read_text(), **args})
+    params = json.dumps({"gpus": gpus, "gpu_table": (REPO / "roles" / "gpu_clocks" / "files" / "gpus.csv").read_text(), **args})
     bindir = os.path.dirname(sys.executable)
-    env = dict(os.environ, ANSIBLE_LIBRARY=str(REPO / "playbooks" / "library"),
-               ANSIBLE_MODULE_UTILS=str(REPO / "playbooks" / "module_utils"), ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(collections_path()), ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_PYTHON_INTERPRETER=sys.executable)
-    done = subprocess.run([os.path.join(bindir, "ansible"), "localhost", "-c", "local", "-m", "gpuprep_clock_plan",
+    done = subprocess.run([os.path.join(bindir, "ansible"), "localhost", "-c", "local", "-m", "gpuprep.node.gpuprep_clock_plan",
                            "-a", params], capture_output=True, text=True, env=env, timeout=120)
     return json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 

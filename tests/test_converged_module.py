@@ -1,24 +1,26 @@
-"""The fast re-run's module (playbooks/library/gpuprep_converged.py) run by real Ansible on this machine:
-a record, then checks that see what moved and what did not."""
+"""The fast re-run's module (plugins/modules/gpuprep_converged.py) on this machine: a record, then checks that
+see what moved and what did not. The module runs as Ansible's module tests run one (python MODULE ARGS_FILE,
+the collection importable): the gpuprep_converged action in front of it needs a role (its re-run through the roles: tests/test_fleet.py)."""
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from gpuprep.resources import collection_dir, collections_path
+
 REPO = Path(__file__).resolve().parent.parent
 
 
 def converged(state_dir, mode, inputs, watch):
-    args = json.dumps({"role": "demo", "state_dir": str(state_dir), "mode": mode, "inputs": inputs, "watch": watch})
-    bindir = os.path.dirname(sys.executable)
-    env = dict(os.environ, ANSIBLE_LIBRARY=str(REPO / "playbooks" / "library"), ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-               ANSIBLE_MODULE_UTILS=str(REPO / "playbooks" / "module_utils"),
-               ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_PYTHON_INTERPRETER=sys.executable)
-    done = subprocess.run([os.path.join(bindir, "ansible"), "localhost", "-c", "local", "-m", "gpuprep_converged",
-                           "-a", args], capture_output=True, text=True, env=env, timeout=120)
+    args = state_dir.parent / f"args-{mode}.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"role": "demo", "state_dir": str(state_dir), "mode": mode,
+                                                        "inputs": inputs, "watch": watch}}))
+    env = dict(os.environ, PYTHONPATH=str(collections_path()))
+    done = subprocess.run([sys.executable, str(collection_dir() / "plugins" / "modules" / "gpuprep_converged.py"),
+                           str(args)], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return json.loads(done.stdout)
 
 
 def test_a_check_sees_content_mode_commands_and_inputs_that_moved(tmp_path):

@@ -27,3 +27,16 @@ def test_the_filter_registry_is_the_set_of_check_ids():
     burnin = {i for i in ids_in_code() if i.startswith("burnin.")}
     unwaivable = {"fleet.host-unchecked"}      # an unchecked host never leaves the verdict
     assert CHECK_IDS == ids_in_code() - burnin - unwaivable
+
+
+def test_each_role_readme_lists_every_variable_its_argument_specs_check():
+    import yaml
+    roles = sorted(p for p in (REPO / "roles").iterdir() if (p / "meta" / "argument_specs.yml").is_file())
+    assert len(roles) >= 7
+    for role in roles:
+        spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]
+        readme = (role / "README.md").read_text()
+        assert f"gpuprep.node.{role.name}" in readme
+        missing = [name for name in spec["options"] if f"`{name}`" not in readme]
+        assert not missing, f"{role.name}/README.md does not describe {missing}"
+        assert (role / "meta" / "main.yml").is_file()

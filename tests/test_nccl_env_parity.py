@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, corpus, run_cli
+from gpuprep.resources import collections_path
 
 GPUS_CAPTURE = "h100-sxm-x8.nvidia-smi-q.txt"
 TOPOLOGY = "h100-sxm-x8-ib-penny.topo-m.txt"
@@ -68,7 +69,7 @@ def test_role_and_cli_write_the_same_file_on_an_8_gpu_rdma_host(tmp_path):
     shutil.copy(REPO / "tests" / "fakes" / "nvidia-smi", fakes / "nvidia-smi")
     env_file, profile = tmp_path / "etc" / "env", tmp_path / "profile.sh"
     overrides = '{"nccl_env_overrides": {"NCCL_DEBUG": "WARN", "NCCL_DEBUG_FILE": "/var/log/nccl %h.log"}}'
-    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "PATH": f"{fakes}{os.pathsep}{os.environ['PATH']}",
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_COLLECTIONS_PATH": str(collections_path()), "PATH": f"{fakes}{os.pathsep}{os.environ['PATH']}",
            "FAKE_NVIDIA_CAPTURE": corpus(GPUS_CAPTURE), "FAKE_NVIDIA_STATE": str(tmp_path / "state.json")}
     done = subprocess.run(
         [playbook, "-i", "localhost,", "-c", "local", str(REPO / "playbooks" / "apply.yml"), "--tags", "nccl_env",

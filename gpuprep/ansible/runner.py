@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import BadInput
-from ..resources import playbooks_dir
+from ..resources import collections_path, playbooks_dir
 from .artifacts import scrub
 from .reducer import RunState, interrupt, reduce
 
@@ -223,6 +223,15 @@ def mitogen_env() -> Dict[str, str]:
     return {"ANSIBLE_STRATEGY_PLUGINS": plugins, "ANSIBLE_STRATEGY": "mitogen_linear"}
 
 
+def ansible_settings() -> Dict[str, str]:
+    """gpuprep's ansible.cfg, and its collection first on the collections path (then the user's own paths,
+    or Ansible's defaults, for anything else a play needs)."""
+    others = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.pathsep.join(
+        [os.path.expanduser("~/.ansible/collections"), "/usr/share/ansible/collections"])
+    return {"ANSIBLE_CONFIG": os.path.join(os.path.dirname(os.path.abspath(__file__)), "ansible.cfg"),
+            "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join([str(collections_path()), others])}
+
+
 def artifacts_root() -> str:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return os.path.join(base, "gpuprep", "runs")
@@ -282,10 +291,7 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
         events.put(event)
         return True
 
-    envvars = {"ANSIBLE_CONFIG": os.path.join(project, "ansible.cfg"),
-               "ANSIBLE_LIBRARY": os.path.join(project, "library"),
-               "ANSIBLE_MODULE_UTILS": os.path.join(project, "module_utils"),
-               "ANSIBLE_ROLES_PATH": os.path.join(project, "roles"),
+    envvars = {**ansible_settings(),
                "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
                # the ansible CLIs installed beside this interpreter, even in an unactivated venv
                "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),

@@ -1,0 +1,106 @@
+#!/usr/bin/python
+"""Ansible module (pure, no side effects): decide each GPU's clocks from gpuprep_gpu_facts and
+the requested values, or fail with the supported list before anything on the host changes.
+Also names the GPUs that do not run their plan now (`drifted`), so the role re-applies it."""
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_gputable import clock_locks, read_table
+from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_nvsmi import HOLDING_REASONS
+
+DOCUMENTATION = r"""
+module: gpuprep_clock_plan
+short_description: Validate requested GPU clocks and plan how to set them
+options:
+  gpus: {type: list, elements: dict, required: true}
+  graphics_mhz: {type: int}
+  memory_mhz: {type: int}
+  by_model: {type: dict, default: {}}
+  power_limit_w: {type: float}
+  gpu_table: {type: str, required: true, description: "gpuprep/data/gpus.csv: which GPUs support locked clocks"}
+"""
+
+
+def plan_gpu(gpu, request, power, table):
+    pairs = gpu.get("supported_clocks") or []
+    supported = {p["memory"]: sorted(p["graphics"]) for p in pairs if p.get("memory")}
+    memory = request.get("memory") or (max(supported) if supported else gpu.get("max_memory"))
+    if supported and memory not in supported:
+        return None, (f"GPU {gpu['index']} ({gpu.get('name')}): memory clock {memory} MHz is not supported; "
+                      f"supported: {sorted(supported, reverse=True)}")
+    allowed = supported.get(memory, [])
+    graphics = request.get("graphics") or (max(allowed) if allowed else gpu.get("max_graphics"))
+    locked, locked_memory = clock_locks(table, gpu.get("name"), gpu.get("architecture"))
+    # `-lgc MIN,MAX` takes any clock in the supported range (the driver clamps to its steps); `-ac MEM,GR` only
+    # an exact supported pair
+    in_range = bool(allowed) and allowed[0] <= graphics <= allowed[-1]
+    if allowed and locked and not in_range:
+        return None, (f"GPU {gpu['index']} ({gpu.get('name')}): graphics clock {graphics} MHz is not supported with "
+                      f"memory {memory} MHz; locked clocks take {allowed[0]}..{allowed[-1]} MHz")
+    if allowed and locked and graphics not in allowed:
+        graphics = max(g for g in allowed if g <= graphics)   # between two steps: the step below, as reported
+    if allowed and not locked and graphics not in allowed:
+        return None, (f"GPU {gpu['index']} ({gpu.get('name')}): graphics clock {graphics} MHz is not supported with "
+                      f"memory {memory} MHz; supported: {allowed[-1]}..{allowed[0]} MHz ({len(allowed)} steps: "
+                      f"{', '.join(str(g) for g in sorted(allowed, reverse=True)[:8])}, ...)")
+    if not supported and gpu.get("max_graphics") and graphics > gpu["max_graphics"]:
+        return None, f"GPU {gpu['index']} ({gpu.get('name')}): {graphics} MHz is above the maximum {gpu['max_graphics']} MHz"
+    if power is not None and gpu.get("power_min") and gpu.get("power_max") and \
+            not gpu["power_min"] <= power <= gpu["power_max"]:
+        return None, (f"GPU {gpu['index']} ({gpu.get('name')}): power limit {power} W outside "
+                      f"{gpu['power_min']}..{gpu['power_max']} W")
+    if locked:
+        method = "locked"
+    elif gpu.get("app_graphics") is not None:
+        method = "app"
+    else:
+        method = "none"
+    return {"index": gpu["index"], "name": gpu.get("name"), "method": method, "graphics": graphics,
+            "memory": memory, "lock_memory": locked_memory and method == "locked", "power": power}, None
+
+
+def main():
+    module = AnsibleModule(argument_spec={
+        "gpus": {"type": "list", "elements": "dict", "required": True},
+        "graphics_mhz": {"type": "int"}, "memory_mhz": {"type": "int"},
+        "by_model": {"type": "dict", "default": {}}, "power_limit_w": {"type": "float"},
+        "gpu_table": {"type": "str", "required": True},
+    }, supports_check_mode=True)
+    table = read_table(module.params["gpu_table"])
+    plans, errors = [], []
+    for gpu in module.params["gpus"]:
+        model = module.params["by_model"].get(gpu.get("name"), {}) or {}
+        request = {"graphics": model.get("graphics_mhz", module.params["graphics_mhz"]),
+                   "memory": model.get("memory_mhz", module.params["memory_mhz"])}
+        power = model.get("power_limit_w", module.params["power_limit_w"])
+        plan, error = plan_gpu(gpu, request, power, table)
+        if error:
+            errors.append(error)
+        else:
+            plans.append(plan)
+    if errors:
+        module.fail_json(msg="; ".join(errors))
+    by_index = {gpu["index"]: gpu for gpu in module.params["gpus"]}
+    reasons = {plan["index"]: drift(by_index[plan["index"]], plan) for plan in plans}
+    module.exit_json(changed=False, plan=plans, drifted=[i for i, why in reasons.items() if why],
+                     drift_reasons=[why for why in reasons.values() if why],
+                     needs_persistence=[g["index"] for g in module.params["gpus"] if not g.get("persistence")])
+
+
+def drift(gpu, plan):
+    """Why the GPU does not run its plan, or None when it does. A locked GPU reporting less than its lock
+    while a documented reason holds it there (power cap, thermal or power-brake slowdown) still runs it."""
+    if plan["method"] == "locked":
+        clock = gpu.get("clock_graphics")
+        if clock == plan["graphics"]:
+            return None
+        held = [r for r in gpu.get("clock_event_reasons") or [] if r in HOLDING_REASONS]
+        if clock is not None and clock < plan["graphics"] and held:
+            return None
+        return (f"GPU {plan['index']} reports {clock} MHz, locked at {plan['graphics']} MHz planned"
+                + (" (no power or thermal reason holds it below)" if clock is not None and clock < plan["graphics"] else ""))
+    if plan["method"] == "app" and gpu.get("app_graphics") != plan["graphics"]:
+        return f"GPU {plan['index']} has application clocks {gpu.get('app_graphics')} MHz, planned {plan['graphics']} MHz"
+    return None
+
+
+if __name__ == "__main__":
+    main()

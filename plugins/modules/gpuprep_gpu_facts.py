@@ -1,0 +1,109 @@
+#!/usr/bin/python
+"""Ansible module: the host's NVIDIA GPUs as facts, read from `nvidia-smi -q -x` (or `-q` text
+when XML is unavailable) through gpuprep's one nvidia-smi parser (module_utils/gpuprep_nvsmi.py), and
+whether nvidia-persistenced and its unit are installed. One call for
+what the GPU roles need to know, so a play reads it once. Read-only; safe in check mode."""
+import os
+import re
+import shlex
+import shutil
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_nvsmi import parse_text, parse_xml
+
+DOCUMENTATION = r"""
+module: gpuprep_gpu_facts
+short_description: NVIDIA GPU facts from nvidia-smi
+description: Sets C(gpuprep_gpus) (a list), C(gpuprep_gpu_present) and C(gpuprep_persistenced)
+  (C(daemon) and C(unit) booleans).
+options:
+  nvidia_smi:
+    description: Path or name of nvidia-smi.
+    type: str
+    default: nvidia-smi
+  persistenced:
+    description: Path of nvidia-persistenced.
+    type: path
+    default: /usr/bin/nvidia-persistenced
+"""
+
+PERSISTENCED_UNITS = ("/lib/systemd/system/nvidia-persistenced.service",
+                      "/usr/lib/systemd/system/nvidia-persistenced.service")
+
+# the facts the roles read, under the names they use, from the shared parser's fields
+FACT_NAMES = {"name": "name", "architecture": "architecture", "uuid": "uuid", "persistence_mode": "persistence",
+              "max_clock_graphics_mhz": "max_graphics", "max_clock_mem_mhz": "max_memory",
+              "clock_graphics_mhz": "clock_graphics", "clock_mem_mhz": "clock_memory",
+              "app_clock_graphics_mhz": "app_graphics", "app_clock_mem_mhz": "app_memory",
+              "power_limit_w": "power_limit", "power_min_limit_w": "power_min", "power_max_limit_w": "power_max",
+              "power_default_limit_w": "power_default", "clock_event_reasons": "clock_event_reasons",
+              "supported_clocks": "supported_clocks"}
+
+
+def as_facts(index, bus_id, fields):
+    gpu = {"index": index, "bus_id": bus_id, "supported_clocks": []}
+    for field, fact in FACT_NAMES.items():
+        if fields.get(field) is not None:
+            gpu[fact] = fields[field]
+    gpu["persistence"] = bool(gpu.get("persistence"))
+    return gpu
+
+
+def read_gpus(exe):
+    """The GPUs from `nvidia-smi -q -x`, or `-q` text when XML is unavailable; (gpus, error)."""
+    xml_run = subprocess.run([exe, "-q", "-x"], capture_output=True, text=True, timeout=60)
+    if xml_run.returncode == 0 and "<nvidia_smi_log" in xml_run.stdout:
+        _header, entries = parse_xml(xml_run.stdout)
+        return [as_facts(i, bus, fields) for i, (bus, fields, _element) in enumerate(entries)], None
+    text_run = subprocess.run([exe, "-q"], capture_output=True, text=True, timeout=60)
+    if text_run.returncode != 0:
+        return None, "nvidia-smi failed: " + " ".join((text_run.stdout + text_run.stderr).split())[:500]
+    _header, blocks = parse_text(text_run.stdout)
+    return [as_facts(i, bus, fields) for i, (bus, fields) in enumerate(blocks)], None
+
+
+def vendor_unit(text):
+    """What a packaged nvidia-persistenced unit says: the daemon it runs, the user it drops privileges to
+    (--user; Ubuntu nvidia-persistenced, Debian nvpd, NVIDIA's RHEL packages nvidia-persistenced), whether it
+    has an [Install] section (Ubuntu's is started by udev and has none) and StopWhenUnneeded."""
+    exec_start = re.findall(r"^ExecStart=(\S.*)$", text, re.M)
+    argv = shlex.split(exec_start[-1]) if exec_start else []
+    user = argv[argv.index("--user") + 1] if "--user" in argv[:-1] else None
+    return {"exec": argv[0] if argv else None, "user": user,
+            "static": not re.search(r"^\[Install\]", text, re.M),
+            "stop_when_unneeded": bool(re.search(r"^StopWhenUnneeded=(yes|true|1|on)\s*$", text, re.M | re.I))}
+
+
+def persistenced_facts(daemon):
+    facts = {"daemon": os.path.exists(daemon), "unit": False, "unit_path": None, "exec": None, "user": None,
+             "static": False, "stop_when_unneeded": False}
+    for path in PERSISTENCED_UNITS:
+        if os.path.exists(path):
+            with open(path) as fh:
+                facts.update(vendor_unit(fh.read()), unit=True, unit_path=path)
+            break
+    if not facts["daemon"] and facts["exec"]:
+        facts["daemon"] = os.path.exists(facts["exec"])       # e.g. /usr/sbin in NVIDIA's RHEL packages
+    return facts
+
+
+def main():
+    module = AnsibleModule(argument_spec={"nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+                                          "persistenced": {"type": "path", "default": "/usr/bin/nvidia-persistenced"}},
+                           supports_check_mode=True)
+    persistenced = persistenced_facts(module.params["persistenced"])
+    exe = shutil.which(module.params["nvidia_smi"])
+    if exe is None:
+        module.exit_json(changed=False, ansible_facts={"gpuprep_gpu_present": False, "gpuprep_gpus": [],
+                                                       "gpuprep_persistenced": persistenced},
+                         msg="nvidia-smi not found: no NVIDIA driver on this host")
+    gpus, error = read_gpus(exe)
+    if error:
+        module.fail_json(msg=error)
+    module.exit_json(changed=False, ansible_facts={"gpuprep_gpu_present": bool(gpus), "gpuprep_gpus": gpus,
+                                                   "gpuprep_persistenced": persistenced})
+
+
+if __name__ == "__main__":
+    main()

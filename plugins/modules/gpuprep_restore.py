@@ -1,0 +1,131 @@
+#!/usr/bin/python
+"""Ansible module: put back what gpuprep_record recorded for one role (files, unit enablement
+and activity, sysfs values), then forget the record."""
+import os
+import re
+import shutil
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_revert_record import DamagedRecord, damaged_message, load, write_atomic
+
+DOCUMENTATION = r"""
+module: gpuprep_restore
+short_description: Undo gpuprep's changes for one role
+options:
+  role: {type: str, required: true}
+  state_dir: {type: path, default: /var/lib/gpuprep}
+  nvidia_smi: {type: str, default: nvidia-smi}
+"""
+
+
+def systemctl(*args):
+    return subprocess.run(["systemctl", *args], capture_output=True, text=True)
+
+
+def restore_gpus(recorded, nvidia_smi, check_mode):
+    """Each recorded GPU (found by UUID wherever it sits now) back to its recorded power limit and application
+    clocks, and its clocks unlocked where gpuprep locked them. Returns (actions, refusals)."""
+    actions, refused = [], []
+    for uuid, was in sorted(recorded.items()):
+        steps = []
+        if was.get("locked"):
+            steps.append(["-rgc"])
+        if was.get("locked_memory"):
+            steps.append(["-rmc"])
+        if was.get("app_graphics") and was.get("app_memory"):
+            steps.append(["-ac", "%d,%d" % (was["app_memory"], was["app_graphics"])])
+        if was.get("power_limit"):
+            steps.append(["-pl", "%g" % was["power_limit"]])
+        for step in steps:
+            actions.append("GPU %s: nvidia-smi %s" % (uuid, " ".join(step)))
+            if check_mode:
+                continue
+            done = subprocess.run([nvidia_smi, "-i", uuid] + step, capture_output=True, text=True)
+            if done.returncode != 0:
+                said = (done.stderr or done.stdout).strip().splitlines()
+                refused.append("GPU %s refused %s: %s" % (uuid, " ".join(step), said[-1] if said else done.returncode))
+    return actions, refused
+
+
+def main():
+    module = AnsibleModule(argument_spec={"role": {"type": "str", "required": True},
+                                          "state_dir": {"type": "path", "default": "/var/lib/gpuprep"},
+                                          "nvidia_smi": {"type": "str", "default": "nvidia-smi"}},
+                           supports_check_mode=True)
+    role_dir = os.path.join(module.params["state_dir"], module.params["role"])
+    try:
+        manifest = load(role_dir)
+    except DamagedRecord as exc:
+        module.fail_json(msg=damaged_message(role_dir, exc, reverting=True))
+    if not any(manifest.values()):
+        module.exit_json(changed=False, msg="nothing recorded for this role")
+    actions, refused = restore_gpus(manifest.get("gpus", {}), module.params["nvidia_smi"], module.check_mode)
+    units = manifest.get("units", {})
+
+    def current(unit):
+        return (systemctl("is-enabled", unit).stdout.strip() or "unknown",
+                systemctl("is-active", unit).stdout.strip() or "unknown")
+
+    # 1. units gpuprep turned on that were not on before: stop and disable while their files exist
+    for unit, state in sorted(units.items()):
+        enabled, active = current(unit)
+        if state["active"] != "active" and active in ("active", "activating", "failed"):
+            actions.append(f"stop {unit}")
+            if not module.check_mode:
+                systemctl("stop", unit)
+                systemctl("reset-failed", unit)
+        if state["enabled"] != "enabled" and enabled == "enabled":
+            actions.append(f"disable {unit}")
+            if not module.check_mode:
+                systemctl("disable", unit)
+    # 2. files back as they were (or gone, if gpuprep created them)
+    for path, entry in sorted(manifest.get("files", {}).items()):
+        if entry["existed"]:
+            source = os.path.join(role_dir, entry["copy"])
+            with open(source, "rb") as fh:
+                original = fh.read()
+            same = os.path.exists(path) and open(path, "rb").read() == original
+            if not same:
+                actions.append(f"restore {path}")
+                if not module.check_mode:
+                    write_atomic(path, original, entry["mode"])
+                    os.chown(path, entry["uid"], entry["gid"])
+        elif os.path.lexists(path):
+            actions.append(f"remove {path}")
+            if not module.check_mode:
+                os.remove(path)
+    if actions and not module.check_mode:
+        systemctl("daemon-reload")
+    # 3. units that were on before: on again
+    for unit, state in sorted(units.items()):
+        enabled, active = current(unit)
+        if state["enabled"] == "enabled" and enabled != "enabled":
+            actions.append(f"enable {unit}")
+            if not module.check_mode:
+                systemctl("enable", unit)
+        if state["active"] == "active":
+            actions.append(f"restart {unit}")
+            if not module.check_mode:
+                systemctl("restart", unit)
+    for path, value in sorted(manifest.get("values", {}).items()):
+        current = open(path).read().strip() if os.path.exists(path) else None
+        wanted = re.sub(r".*\[(\w+)\].*", r"\1", value)     # THP files show "always [madvise] never"
+        if current is not None and current != value:
+            actions.append(f"write {path}={wanted}")
+            if not module.check_mode:
+                try:
+                    with open(path, "w") as fh:
+                        fh.write(wanted)
+                except OSError as exc:
+                    module.fail_json(msg=f"cannot restore {path}: {exc}", actions=actions)
+    if refused:
+        # the record stays, so a revert after the GPU is back restores what is left
+        module.fail_json(msg="; ".join(refused), actions=actions, changed=bool(actions))
+    if not module.check_mode:
+        shutil.rmtree(role_dir, ignore_errors=True)
+    module.exit_json(changed=bool(actions), actions=actions)
+
+
+if __name__ == "__main__":
+    main()
