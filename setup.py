@@ -9,7 +9,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).parent
-COLLECTION = ("galaxy.yml", "README.md", "meta", "roles", "plugins", "playbooks")
+COLLECTION = ("galaxy.yml", "README.md", "LICENSE", "meta", "roles", "plugins", "playbooks")
 
 
 class BuildWithCollection(build_py):

@@ -14,7 +14,6 @@ cores were during each size's runs.  Needs Docker and the base image
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 from nodes import prepare, remove_nodes, start_nodes, write_inventory  # noqa: E402
+from gpuprep.resources import collections_path  # noqa: E402
 
 
 def cpu_ticks():
@@ -76,13 +76,13 @@ def floor_time(inventory: Path, play: Path, forks: int) -> float:
 
 
 def defaults_copy(tmp: Path) -> Path:
-    """The same roles and playbook, minus gpuprep's speed settings (gather_subset, pipelining, forks)."""
+    """The same collection playbook (its roles from the collection), minus gpuprep's speed settings
+    (gather_subset, pipelining, forks)."""
     copy = tmp / "playbooks"
-    shutil.copytree(REPO / "playbooks", copy)
-    text = (copy / "apply.yml").read_text().replace("  gather_subset: [min, hardware, network, virtual]\n", "")
+    copy.mkdir(parents=True)
+    text = (REPO / "playbooks" / "apply.yml").read_text().replace("  gather_subset: [min, hardware, network, virtual]\n", "")
     (copy / "apply.yml").write_text(text)
-    (copy / "ansible.cfg").write_text("[defaults]\nlibrary = ./library\nroles_path = ./roles\n"
-                                      "host_key_checking = False\n")
+    (copy / "ansible.cfg").write_text("[defaults]\nhost_key_checking = False\n")
     return copy
 
 
@@ -99,7 +99,7 @@ def run_size(n: int, tmp: Path, mode: str):
         else:
             playbooks = defaults_copy(tmp / f"defaults-{n}")
             argv = [os.path.join(bindir, "ansible-playbook"), "-i", str(inventory), str(playbooks / "apply.yml")]
-            env = dict(os.environ, ANSIBLE_CONFIG=str(playbooks / "ansible.cfg"),
+            env = dict(os.environ, ANSIBLE_CONFIG=str(playbooks / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(collections_path()),
                        PATH=bindir + os.pathsep + os.environ["PATH"])
         converge = timed(argv, env, label=(n, mode, "converge"))
         rerun, report = timed(argv, env, output=True, label=(n, mode, "re-run"))

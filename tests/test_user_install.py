@@ -62,15 +62,18 @@ def test_the_install_has_its_runtime_dependencies_only(user_venv):
 
 def test_every_shipped_playbook_passes_syntax_check(user_venv, tmp_path):
     env = user_env(tmp_path)
-    where = subprocess.run([str(user_venv / "bin" / "python"), "-c", "import gpuprep.resources as r; print(r.playbooks_dir())"],
+    where = subprocess.run([str(user_venv / "bin" / "python"), "-c",
+                            "import gpuprep.ansible.runner as r; print(r.ansible_settings()['ANSIBLE_COLLECTIONS_PATH'])"],
                            capture_output=True, text=True, env=env, check=True, timeout=60, cwd=tmp_path).stdout.strip()
-    assert where.startswith(str(user_venv))                 # the installed copy, not the checkout
-    playbooks = sorted(Path(where).glob("*.yml"))
-    assert {p.name for p in playbooks} >= {"apply.yml", "revert.yml", "burnin.yml"}
+    collections = where.split(os.pathsep)[0]
+    assert collections.startswith(str(user_venv))           # the installed copy of the collection, not the checkout
+    playbooks = sorted((Path(collections) / "ansible_collections" / "gpuprep" / "node" / "playbooks").glob("*.yml"))
+    assert {p.name for p in playbooks} >= {"apply.yml", "revert.yml", "burnin.yml", "check.yml"}
     for playbook in playbooks:
+        # by the collection playbook's name, as a user of the collection runs it
         done = subprocess.run([str(user_venv / "bin" / "ansible-playbook"), "--syntax-check", "-i", "localhost,",
-                               str(playbook)], capture_output=True, text=True, env=dict(env, ANSIBLE_CONFIG=str(Path(where) / "ansible.cfg")),
-                              timeout=300, cwd=where)
+                               f"gpuprep.node.{playbook.stem}"], capture_output=True, text=True,
+                              env=dict(env, ANSIBLE_COLLECTIONS_PATH=where), timeout=300, cwd=tmp_path)
         assert done.returncode == 0, f"{playbook.name}: {done.stdout[-1500:]}{done.stderr[-1500:]}"
 
 

@@ -1,4 +1,5 @@
-"""Code shared by the gpuprep package and the Ansible modules of its roles: standard library only.
+"""Code shared by the gpuprep package and the modules of the gpuprep.node collection: standard library only.
 
-gpuprep imports these as `gpuprep.module_utils.NAME`; the roles' modules import the same files as
-`ansible.module_utils.NAME` (playbooks/module_utils is this directory). One copy of each fact."""
+The collection's modules import these as `ansible_collections.gpuprep.node.plugins.module_utils.NAME`; the
+package imports the same files as `gpuprep.module_utils.NAME` (gpuprep/module_utils links here). One copy of
+each fact."""

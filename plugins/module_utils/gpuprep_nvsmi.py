@@ -2,7 +2,7 @@
 dicts: one field table names, for every GPU field, where the text report and the XML report keep it.
 
 Standard library only: gpuprep's importer (gpuprep.module_utils.gpuprep_nvsmi) and the roles' facts
-module (ansible.module_utils.gpuprep_nvsmi) share this one parser."""
+module (gpuprep.node.gpuprep_gpu_facts) share this one parser."""
 import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -25,6 +25,7 @@ _ANNOTATION = re.compile(r"\s+(?:<[-=]{1,}|[-=]{2,}>|\(?<--|#|//|\u2190).*$")
 
 def is_error(value: Optional[str]) -> bool:
     return value is not None and value.strip().lower() in ERROR_VALUES
+
 
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
 
@@ -359,8 +360,8 @@ def unreadable(tree: Tree) -> List[str]:
 
 
 # sections of one GPU's report: a pasted excerpt holding one of them is one GPU's, bus id or not
-GPU_SECTIONS = {paths[0][0] for _, _, paths, _ in FIELDS} | {"Clocks Event Reasons", "Clocks Throttle Reasons",
-                                                            "ECC Errors", "GPU Link Info", "Product Brand"}
+GPU_SECTIONS = {field[2][0][0] for field in FIELDS} | {"Clocks Event Reasons", "Clocks Throttle Reasons",
+                                                       "ECC Errors", "GPU Link Info", "Product Brand"}
 
 
 def parse_text(text: str) -> Tuple[Dict[str, Optional[str]], List[Tuple[Optional[str], Dict[str, object]]]]:

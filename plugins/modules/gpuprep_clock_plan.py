@@ -1,22 +1,90 @@
 #!/usr/bin/python
+# Copyright: gpuprep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
 """Ansible module (pure, no side effects): decide each GPU's clocks from gpuprep_gpu_facts and
 the requested values, or fail with the supported list before anything on the host changes.
 Also names the GPUs that do not run their plan now (`drifted`), so the role re-applies it."""
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_gputable import clock_locks, read_table
-from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_nvsmi import HOLDING_REASONS
 
 DOCUMENTATION = r"""
 module: gpuprep_clock_plan
-short_description: Validate requested GPU clocks and plan how to set them
+short_description: Validate requested GPU clocks and power limits and plan how to set them
+version_added: 0.1.0
+description:
+  - Pure computation on the controller's data, no change to the host. For each GPU from M(gpuprep.node.gpuprep_gpu_facts)
+    it decides how the requested clocks are set (locked clocks where the GPU supports them, application clocks otherwise)
+    and checks every value against the GPU's supported clocks and power limits.
+  - Fails with the supported values before anything on the host changes when a request cannot be met.
+  - Also names the GPUs that do not run their plan now (O(gpus) state versus plan), so a role re-applies it.
+author: gpuprep contributors (@gpuprep)
+attributes:
+  check_mode:
+    support: full
+    description: Reads its arguments only.
+  diff_mode:
+    support: none
+    description: Changes nothing.
 options:
-  gpus: {type: list, elements: dict, required: true}
-  graphics_mhz: {type: int}
-  memory_mhz: {type: int}
-  by_model: {type: dict, default: {}}
-  power_limit_w: {type: float}
-  gpu_table: {type: str, required: true, description: "gpuprep/data/gpus.csv: which GPUs support locked clocks"}
+  gpus:
+    description: The GPUs as M(gpuprep.node.gpuprep_gpu_facts) sets them in C(gpuprep_gpus).
+    type: list
+    elements: dict
+    required: true
+  graphics_mhz:
+    description: Graphics clock for every GPU; unset means the highest supported one.
+    type: int
+  memory_mhz:
+    description: Memory clock for every GPU; unset means the highest supported one.
+    type: int
+  by_model:
+    description: Per GPU model (as nvidia-smi names it) C(graphics_mhz), C(memory_mhz) and C(power_limit_w), over the values for every GPU.
+    type: dict
+    default: {}
+  power_limit_w:
+    description: Power limit in watts for every GPU; unset leaves the limit alone.
+    type: float
+  gpu_table:
+    description: Content of the role's C(files/gpus.csv), which says which GPU models support locked clocks.
+    type: str
+    required: true
 """
+
+EXAMPLES = r"""
+- name: Plan the clocks from the GPU facts
+  gpuprep.node.gpuprep_clock_plan:
+    gpus: "{{ gpuprep_gpus }}"
+    graphics_mhz: 1980
+    gpu_table: "{{ lookup('ansible.builtin.file', 'gpus.csv') }}"
+  register: clock_plan
+"""
+
+RETURN = r"""
+plan:
+  description: One entry per GPU, C(index), C(name), C(method) (locked or application), C(graphics), C(memory), C(lock_memory) and C(power).
+  type: list
+  elements: dict
+  returned: success
+drifted:
+  description: Indexes of the GPUs that do not run their plan now.
+  type: list
+  elements: int
+  returned: success
+drift_reasons:
+  description: Why each drifted GPU does not run its plan.
+  type: list
+  elements: str
+  returned: success
+needs_persistence:
+  description: Indexes of the GPUs without persistence mode (the driver drops their clocks when idle).
+  type: list
+  elements: int
+  returned: success
+"""
+
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_gputable import clock_locks, read_table
+from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_nvsmi import HOLDING_REASONS
 
 
 def plan_gpu(gpu, request, power, table):

@@ -1,4 +1,7 @@
 #!/usr/bin/python
+# Copyright: gpuprep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
 """Ansible module: the fast re-run. After a role's full run it records a digest of the role's inputs
 (its variables, its code, the facts it read) and an observation of everything the role owns on the host
 (files with their content and mode, units, the output of read-only commands). The next run observes
@@ -7,6 +10,88 @@ of paying a round trip per task to learn the same thing.
 
 The record is bookkeeping kept beside the role's revert record (STATE_DIR/ROLE/converged.json), so it
 reports no change; revert removes it with the rest of the role's record."""
+
+DOCUMENTATION = r"""
+module: gpuprep_converged
+short_description: Record or check what a role's last full run left on the host (gpuprep's fast re-run)
+version_added: 0.1.0
+description:
+  - After a role's full run (O(mode=record)) it records a digest of the role's inputs and an observation of everything
+    the role owns on the host - files with content and mode, units, the output of read-only commands.
+  - The next run (O(mode=check)) observes the same things in one call; when nothing moved the role can end there.
+  - The action in front of this module computes O(inputs) on the controller from the role's variables, its code and the
+    facts it read, and decides when the fast re-run stands aside (C(gpuprep_fast_rerun=false), check mode, skipped tags).
+    In a role, call it with O(mode) and optionally O(unsettled) only.
+  - The record lives beside the role's revert record (O(state_dir)/O(role)/converged.json) and reports no change.
+author: gpuprep contributors (@gpuprep)
+attributes:
+  check_mode:
+    support: full
+    description: A record is not written in check mode.
+  diff_mode:
+    support: none
+    description: Bookkeeping only.
+  action:
+    support: full
+    description: The action computes O(role), O(inputs), O(state_dir) and O(watch) from the calling role.
+options:
+  role:
+    description: The role's name (set by the action).
+    type: str
+    required: true
+  state_dir:
+    description: Where the role's records are kept (the action passes C(ROLE_state_dir)).
+    type: path
+    default: /var/lib/gpuprep
+  mode:
+    description: Record after a full run, or check before one.
+    type: str
+    choices: [check, record]
+    default: check
+  inputs:
+    description: The controller's digest of everything the role's outcome depends on (set by the action).
+    type: str
+    required: true
+  watch:
+    description: C(paths) (files or directories), C(units) and C(commands) (argv lists) to observe (the action passes C(ROLE_watch)).
+    type: dict
+    default: {}
+  unsettled:
+    description: Read by the action only - the role has work whatever the host shows, so the check stands aside.
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: Fast re-run check
+  gpuprep.node.gpuprep_converged:
+    mode: check
+  register: my_role_converged
+- name: Nothing moved since the last full run, so this role has no work
+  ansible.builtin.meta: end_role
+  when: my_role_converged.converged | default(false)
+"""
+
+RETURN = r"""
+converged:
+  description: In check mode, whether nothing moved since the last full run.
+  type: bool
+  returned: when mode is check
+reason:
+  description: Why the role is or is not converged.
+  type: str
+  returned: when mode is check
+moved:
+  description: What moved since the last full run.
+  type: list
+  elements: str
+  returned: when the record was read
+recorded:
+  description: Path of the record written.
+  type: str
+  returned: when mode is record
+"""
+
 import hashlib
 import json
 import os
@@ -14,20 +99,10 @@ import stat
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_revert_record import DamagedRecord, load as load_revert_record, write_atomic
+from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_revert_record import (
+    DamagedRecord, load as load_revert_record, write_atomic,
+)
 
-DOCUMENTATION = r"""
-module: gpuprep_converged
-short_description: Record or check what a role's last full run left on the host
-options:
-  role: {type: str, required: true}
-  state_dir: {type: path, default: /var/lib/gpuprep}
-  mode: {type: str, choices: [check, record], default: check}
-  inputs: {type: str, required: true, description: the controller's digest of everything the role's outcome depends on}
-  watch:
-    type: dict
-    description: paths (files or directories), units, and commands (argv lists) to observe
-"""
 
 UNIT_PROPERTIES = "Id,LoadState,UnitFileState,ActiveState,NeedDaemonReload,FragmentPath,DropInPaths"
 
@@ -55,7 +130,7 @@ def observe_units(units):
     if not units:
         return {}
     done = subprocess.run(["systemctl", "show", "--property=" + UNIT_PROPERTIES, *units],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     seen = {}
     for block in done.stdout.strip().split("\n\n"):
         props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
@@ -67,7 +142,7 @@ def observe_units(units):
 
 def observe_command(argv):
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=60)
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
         return {"error": type(err).__name__}
     return {"rc": done.returncode, "stdout_sha256": digest(done.stdout)}
@@ -100,6 +175,7 @@ def main():
         "mode": {"type": "str", "choices": ["check", "record"], "default": "check"},
         "inputs": {"type": "str", "required": True},
         "watch": {"type": "dict", "default": {}},
+        "unsettled": {"type": "bool", "default": False},   # read by the action in front of this module
     }, supports_check_mode=True)
     params = module.params
     record_path = os.path.join(params["state_dir"], params["role"], "converged.json")

@@ -1,8 +1,72 @@
 #!/usr/bin/python
+# Copyright: gpuprep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
 """Ansible module: the host's NVIDIA GPUs as facts, read from `nvidia-smi -q -x` (or `-q` text
 when XML is unavailable) through gpuprep's one nvidia-smi parser (module_utils/gpuprep_nvsmi.py), and
 whether nvidia-persistenced and its unit are installed. One call for
 what the GPU roles need to know, so a play reads it once. Read-only; safe in check mode."""
+
+DOCUMENTATION = r"""
+module: gpuprep_gpu_facts
+short_description: NVIDIA GPU facts from nvidia-smi, read with gpuprep's nvidia-smi parser
+version_added: 0.1.0
+description:
+  - Reads C(nvidia-smi -q -x), or C(nvidia-smi -q) text where XML is unavailable, through gpuprep's one nvidia-smi parser
+    and sets the facts the GPU roles need, so a play reads the GPUs once.
+  - Also reports whether nvidia-persistenced and its packaged unit are installed, and what that unit runs.
+  - A host without nvidia-smi is not an error; C(gpuprep_gpu_present) is false there.
+author: gpuprep contributors (@gpuprep)
+attributes:
+  check_mode:
+    support: full
+    description: Read-only.
+  diff_mode:
+    support: none
+    description: Changes nothing.
+  facts:
+    support: full
+    description: Sets C(gpuprep_gpus), C(gpuprep_gpu_present) and C(gpuprep_persistenced).
+options:
+  nvidia_smi:
+    description: Path or name (looked up on PATH) of nvidia-smi.
+    type: str
+    default: nvidia-smi
+  persistenced:
+    description: Path of nvidia-persistenced.
+    type: path
+    default: /usr/bin/nvidia-persistenced
+"""
+
+EXAMPLES = r"""
+- name: Read the GPUs
+  gpuprep.node.gpuprep_gpu_facts:
+- name: Show them
+  ansible.builtin.debug:
+    msg: "{{ gpuprep_gpus | map(attribute='name') | list }}"
+  when: gpuprep_gpu_present
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: The facts set.
+  type: dict
+  returned: always
+  contains:
+    gpuprep_gpu_present:
+      description: Whether nvidia-smi answered with at least one GPU.
+      type: bool
+    gpuprep_gpus:
+      description: One entry per GPU (index, name, uuid, bus id, persistence, clocks, supported clocks, power limits).
+      type: list
+      elements: dict
+    gpuprep_persistenced:
+      description:
+        - Whether nvidia-persistenced (C(daemon)) and a unit for it (C(unit), C(unit_path)) exist.
+        - What the unit runs (C(exec), C(user), C(static), C(stop_when_unneeded)).
+      type: dict
+"""
+
 import os
 import re
 import shlex
@@ -12,21 +76,6 @@ import subprocess
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_nvsmi import parse_text, parse_xml
 
-DOCUMENTATION = r"""
-module: gpuprep_gpu_facts
-short_description: NVIDIA GPU facts from nvidia-smi
-description: Sets C(gpuprep_gpus) (a list), C(gpuprep_gpu_present) and C(gpuprep_persistenced)
-  (C(daemon) and C(unit) booleans).
-options:
-  nvidia_smi:
-    description: Path or name of nvidia-smi.
-    type: str
-    default: nvidia-smi
-  persistenced:
-    description: Path of nvidia-persistenced.
-    type: path
-    default: /usr/bin/nvidia-persistenced
-"""
 
 PERSISTENCED_UNITS = ("/lib/systemd/system/nvidia-persistenced.service",
                       "/usr/lib/systemd/system/nvidia-persistenced.service")
@@ -52,11 +101,11 @@ def as_facts(index, bus_id, fields):
 
 def read_gpus(exe):
     """The GPUs from `nvidia-smi -q -x`, or `-q` text when XML is unavailable; (gpus, error)."""
-    xml_run = subprocess.run([exe, "-q", "-x"], capture_output=True, text=True, timeout=60)
+    xml_run = subprocess.run([exe, "-q", "-x"], capture_output=True, text=True, timeout=60, check=False)
     if xml_run.returncode == 0 and "<nvidia_smi_log" in xml_run.stdout:
         _header, entries = parse_xml(xml_run.stdout)
         return [as_facts(i, bus, fields) for i, (bus, fields, _element) in enumerate(entries)], None
-    text_run = subprocess.run([exe, "-q"], capture_output=True, text=True, timeout=60)
+    text_run = subprocess.run([exe, "-q"], capture_output=True, text=True, timeout=60, check=False)
     if text_run.returncode != 0:
         return None, "nvidia-smi failed: " + " ".join((text_run.stdout + text_run.stderr).split())[:500]
     _header, blocks = parse_text(text_run.stdout)

@@ -1,20 +1,31 @@
 #!/usr/bin/python
+# Copyright: gpuprep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
 """Ansible module (read-only): the NCCL/OpenMP environment for this host and the exact file content,
 computed by gpuprep's one implementation (module_utils/gpuprep_ncclenv.py), which `gpuprep nccl-env`
 also uses."""
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_ncclenv import compute_env, host_facts, render_env_file, render_profile_script
 
 DOCUMENTATION = r"""
 module: gpuprep_nccl_env
 short_description: Compute the NCCL/OpenMP environment gpuprep writes to /etc/gpuprep/env
+version_added: 0.1.0
 description:
-  - Reads the default route's interface, the physical core count and the RDMA ports' states below I(root),
-    and computes NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE, NCCL_IB_HCA, OMP_NUM_THREADS and MKL_NUM_THREADS.
+  - Reads the default route's interface, the physical core count and the RDMA ports' states below O(root),
+    and computes NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE, NCCL_IB_HCA, OMP_NUM_THREADS and MKL_NUM_THREADS with the same code
+    as C(gpuprep nccl-env).
   - Every value is validated before anything is written; the file quotes values for systemd and POSIX sh.
+author: gpuprep contributors (@gpuprep)
+attributes:
+  check_mode:
+    support: full
+    description: Read-only.
+  diff_mode:
+    support: none
+    description: Changes nothing; the role writes the returned content.
 options:
   gpu_count:
-    description: GPUs on the host (from gpuprep_gpu_facts); OMP threads = physical cores // GPUs.
+    description: GPUs on the host (from M(gpuprep.node.gpuprep_gpu_facts)); OMP threads = physical cores // GPUs.
     type: int
     required: true
   socket_ifname:
@@ -34,12 +45,38 @@ options:
     default: /
 """
 
-RETURN = r"""
-env: {description: The variables., type: dict, returned: success}
-content: {description: The environment file., type: str, returned: success}
-profile_script: {description: The /etc/profile.d script that exports it to login shells., type: str, returned: success}
-facts: {description: The host facts the variables come from., type: dict, returned: success}
+EXAMPLES = r"""
+- name: Compute the environment
+  gpuprep.node.gpuprep_nccl_env:
+    gpu_count: "{{ gpuprep_gpus | length }}"
+    overrides: {NCCL_DEBUG: WARN}
+  register: nccl
 """
+
+RETURN = r"""
+env:
+  description: The variables.
+  type: dict
+  returned: success
+content:
+  description: The environment file.
+  type: str
+  returned: success
+profile_script:
+  description: The /etc/profile.d script that exports it to login shells.
+  type: str
+  returned: success
+facts:
+  description: The host facts the variables come from.
+  type: dict
+  returned: success
+"""
+
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_ncclenv import (
+    compute_env, host_facts, render_env_file, render_profile_script,
+)
 
 
 def main():

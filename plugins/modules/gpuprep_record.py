@@ -1,31 +1,92 @@
 #!/usr/bin/python
+# Copyright: gpuprep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
 """Ansible module: record files, unit states and sysfs values before gpuprep first changes them,
 under STATE_DIR/ROLE/, so that `revert.yml` (module gpuprep_restore) can put them back.
 Only the first record of a thing is kept: re-running apply never overwrites the original, and a damaged
 record stops the role (nothing changed) instead of being rebuilt from the already-changed host."""
+
+DOCUMENTATION = r"""
+module: gpuprep_record
+short_description: Remember the state of files, units, sysfs values and GPU settings before gpuprep changes them
+version_added: 0.1.0
+description:
+  - Records files (content and mode), unit enablement and activity, sysfs values and each GPU's power limit and clocks
+    (by UUID) under O(state_dir)/O(role)/, so M(gpuprep.node.gpuprep_restore) can put them back.
+  - Only the first record of a thing is kept, so re-running never overwrites an original with an already-changed state.
+  - A damaged record stops the role before anything changes, instead of being rebuilt from the changed host.
+author: gpuprep contributors (@gpuprep)
+attributes:
+  check_mode:
+    support: full
+    description: Reports what it would record and writes nothing.
+  diff_mode:
+    support: none
+    description: The record is bookkeeping, not host configuration.
+options:
+  role:
+    description: The role whose record this is (a directory under O(state_dir)).
+    type: str
+    required: true
+  state_dir:
+    description: Where records are kept.
+    type: path
+    default: /var/lib/gpuprep
+  files:
+    description: Files the role will write or remove; an absent file is recorded as absent.
+    type: list
+    elements: path
+    default: []
+  units:
+    description: systemd units whose enablement and activity the role will change.
+    type: list
+    elements: str
+    default: []
+  values:
+    description: sysfs or procfs files whose value the role will change.
+    type: list
+    elements: path
+    default: []
+  gpus:
+    description: GPUs from M(gpuprep.node.gpuprep_gpu_facts), whose power limit and clocks are kept by UUID.
+    type: list
+    elements: dict
+    default: []
+  gpu_plan:
+    description: The plan from M(gpuprep.node.gpuprep_clock_plan), what gpuprep will set on each GPU.
+    type: list
+    elements: dict
+    default: []
+"""
+
+EXAMPLES = r"""
+- name: Record the files before writing them
+  gpuprep.node.gpuprep_record:
+    role: nccl_env
+    files: [/etc/gpuprep/env, /etc/profile.d/gpuprep.sh]
+"""
+
+RETURN = r"""
+recorded:
+  description: The paths, units and GPU UUIDs this call added to the record (things recorded before are kept as they were).
+  type: list
+  elements: str
+  returned: success
+"""
+
 import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_revert_record import DamagedRecord, copy_atomic, damaged_message, load, save
-
-DOCUMENTATION = r"""
-module: gpuprep_record
-short_description: Remember the state before gpuprep changes it
-options:
-  role: {type: str, required: true}
-  state_dir: {type: path, default: /var/lib/gpuprep}
-  files: {type: list, elements: path, default: []}
-  units: {type: list, elements: str, default: []}
-  values: {type: list, elements: path, default: []}
-  gpus: {type: list, elements: dict, default: [], description: gpuprep_gpu_facts GPUs; power limit and clocks kept by UUID}
-  gpu_plan: {type: list, elements: dict, default: [], description: gpuprep_clock_plan's plan (what gpuprep will set)}
-"""
+from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_revert_record import (
+    DamagedRecord, copy_atomic, damaged_message, load, save,
+)
 
 
 def unit_state(name):
     def ask(verb):
-        done = subprocess.run(["systemctl", verb, name], capture_output=True, text=True)
+        done = subprocess.run(["systemctl", verb, name], capture_output=True, text=True, check=False)
         return (done.stdout.strip() or "unknown").splitlines()[0]
     return {"enabled": ask("is-enabled"), "active": ask("is-active")}
 

@@ -1,26 +1,69 @@
 #!/usr/bin/python
+# Copyright: gpuprep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
 """Ansible module: put back what gpuprep_record recorded for one role (files, unit enablement
 and activity, sysfs values), then forget the record."""
+
+DOCUMENTATION = r"""
+module: gpuprep_restore
+short_description: Undo gpuprep's changes for one role from its record
+version_added: 0.1.0
+description:
+  - Puts back what M(gpuprep.node.gpuprep_record) recorded for O(role) - files byte for byte with their mode, units'
+    enablement and activity, sysfs values, each GPU's power limit and application clocks (by UUID), and releases the
+    clock locks gpuprep set - then removes the record.
+  - A damaged record fails without changing anything and keeps the originals.
+author: gpuprep contributors (@gpuprep)
+attributes:
+  check_mode:
+    support: full
+    description: Lists what it would restore.
+  diff_mode:
+    support: none
+    description: The actions are listed instead.
+options:
+  role:
+    description: The role to revert.
+    type: str
+    required: true
+  state_dir:
+    description: Where the records are kept.
+    type: path
+    default: /var/lib/gpuprep
+  nvidia_smi:
+    description: Path or name of the nvidia-smi that restores GPU settings.
+    type: str
+    default: nvidia-smi
+"""
+
+EXAMPLES = r"""
+- name: Revert the GPU clocks gpuprep set
+  gpuprep.node.gpuprep_restore:
+    role: gpu_clocks
+"""
+
+RETURN = r"""
+actions:
+  description: What was restored, one line each.
+  type: list
+  elements: str
+  returned: success
+"""
+
 import os
 import re
 import shutil
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_revert_record import DamagedRecord, damaged_message, load, write_atomic
-
-DOCUMENTATION = r"""
-module: gpuprep_restore
-short_description: Undo gpuprep's changes for one role
-options:
-  role: {type: str, required: true}
-  state_dir: {type: path, default: /var/lib/gpuprep}
-  nvidia_smi: {type: str, default: nvidia-smi}
-"""
+from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_revert_record import (
+    DamagedRecord, damaged_message, load, write_atomic,
+)
 
 
 def systemctl(*args):
-    return subprocess.run(["systemctl", *args], capture_output=True, text=True)
+    return subprocess.run(["systemctl", *args], capture_output=True, text=True, check=False)
 
 
 def restore_gpus(recorded, nvidia_smi, check_mode):
@@ -41,7 +84,7 @@ def restore_gpus(recorded, nvidia_smi, check_mode):
             actions.append("GPU %s: nvidia-smi %s" % (uuid, " ".join(step)))
             if check_mode:
                 continue
-            done = subprocess.run([nvidia_smi, "-i", uuid] + step, capture_output=True, text=True)
+            done = subprocess.run([nvidia_smi, "-i", uuid] + step, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 said = (done.stderr or done.stdout).strip().splitlines()
                 refused.append("GPU %s refused %s: %s" % (uuid, " ".join(step), said[-1] if said else done.returncode))

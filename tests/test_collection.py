@@ -1,0 +1,122 @@
+"""The Ansible collection as its users get it: `ansible-galaxy collection build` on this repository, the tarball
+installed into an empty collections path, a role from it converging a real systemd container under plain
+ansible-playbook (no gpuprep on the controller's path), its collection playbook reverting it, and the parts of
+`ansible-test sanity` that run here."""
+import filecmp
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+from nodes import docker_ready, node_exec, prepare, remove_nodes, start_nodes, write_inventory
+
+BIN = Path(sys.executable).parent
+NODE = "gpuprep-collection-1"
+
+
+def galaxy_version():
+    return yaml.safe_load((REPO / "galaxy.yml").read_text())["version"]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """The built tarball and the empty collections path it was installed into."""
+    out = tmp_path_factory.mktemp("build")
+    built = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(out), str(REPO)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stdout + built.stderr
+    tarball = out / f"gpuprep-node-{galaxy_version()}.tar.gz"
+    path = tmp_path_factory.mktemp("collections")
+    done = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "-p", str(path), str(tarball)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return tarball, path
+
+
+def test_the_tarball_is_the_collection_and_nothing_else(installed):
+    tarball, path = installed
+    with tarfile.open(tarball) as tar:
+        names = set(tar.getnames())
+    tops = {name.split("/")[0] for name in names}
+    assert tops == {"MANIFEST.json", "FILES.json", "README.md", "LICENSE", "meta", "roles", "plugins", "playbooks"}
+    assert {"playbooks/apply.yml", "playbooks/revert.yml", "meta/runtime.yml",
+            "plugins/action/gpuprep_converged.py", "roles/gpu_clocks/files/gpus.csv"} <= names
+    for role in (REPO / "roles").iterdir():
+        for part in ("meta/main.yml", "meta/argument_specs.yml", "README.md", "tasks/main.yml"):
+            assert f"roles/{role.name}/{part}" in names
+    root = path / "ansible_collections" / "gpuprep" / "node"
+    # one tree: the code the package imports is the code the collection's modules import
+    import gpuprep.module_utils as package_utils
+    shared = sorted(p.name for p in Path(package_utils.__file__).parent.glob("*.py"))
+    assert shared and filecmp.cmpfiles(Path(package_utils.__file__).parent, root / "plugins" / "module_utils",
+                                       shared, shallow=False)[0] == shared
+    # no role reaches outside itself
+    for task_file in root.glob("roles/*/**/*.yml"):
+        assert "../" not in task_file.read_text(), task_file
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.skipif(not docker_ready(), reason="Docker engine or base image missing (.ci/docker-setup.sh)")
+def test_a_role_from_the_installed_collection_converges_a_container_and_its_playbook_reverts_it(installed, tmp_path):
+    _, path = installed
+    start_nodes([NODE])
+    try:
+        inventory = write_inventory(tmp_path / "inventory.yml", [NODE])
+        prepare(inventory)                        # the fake GPU tools (Molecule's prepare playbook)
+        playbook = tmp_path / "site.yml"
+        playbook.write_text("- hosts: all\n  become: true\n  roles:\n    - role: gpuprep.node.nccl_env\n"
+                            "      nccl_env_overrides: {NCCL_DEBUG: WARN}\n")
+        # only the empty path with the tarball in it (Ansible also scans sys.path, where PyPI's ansible bundle
+        # keeps community.docker); not gpuprep's own collection link
+        env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(path), "ANSIBLE_NOCOLOR": "1",
+               "ANSIBLE_PIPELINING": "True", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+        env.pop("ANSIBLE_CONFIG", None)
+
+        def play(*argv):
+            done = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), *argv], cwd=tmp_path,
+                                  capture_output=True, text=True, timeout=900, env=env)
+            assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+            recap = done.stdout[done.stdout.rindex("PLAY RECAP"):]
+            return int(recap.split("changed=")[1].split()[0])
+
+        assert play(str(playbook)) > 0
+        written = node_exec(NODE, "cat", "/etc/gpuprep/env").stdout
+        assert 'NCCL_DEBUG="WARN"' in written
+        assert play(str(playbook)) == 0                       # idempotent
+        assert play("gpuprep.node.revert", "--tags", "nccl_env") > 0
+        assert node_exec(NODE, "test", "-e", "/etc/gpuprep/env").returncode != 0
+    finally:
+        remove_nodes([NODE])
+
+
+def _get_pip_stand_in():
+    """ansible-test bootstraps pip in its venvs with a script from ci-files.testing.ansible.com, which this
+    network does not reach; .ci/ansible-test-get-pip.py does the same from the interpreter's bundled pip."""
+    import ansible_test
+    source = (Path(ansible_test.__file__).parent / "_internal" / "python_requirements.py").read_text()
+    version = re.search(r"pip='([0-9.]+)'", source).group(1)       # the pip version this ansible-test pins
+    cached = Path.home() / ".ansible" / "test" / "cache" / f"get_pip_{version.replace('.', '_')}.py"
+    if not cached.exists():
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / ".ci" / "ansible-test-get-pip.py", cached)
+
+
+@pytest.mark.slow
+def test_ansible_test_sanity_passes_on_the_installed_collection(installed):
+    _, path = installed
+    _get_pip_stand_in()
+    root = path / "ansible_collections" / "gpuprep" / "node"
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run([str(BIN / "ansible-test"), "sanity", "--python", f"{sys.version_info[0]}.{sys.version_info[1]}",
+                           "--color", "no"], cwd=root, capture_output=True, text=True, timeout=2400, env=env)
+    errors = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith(("ERROR", "FATAL"))]
+    assert done.returncode == 0, "\n".join(errors[-60:]) or done.stdout[-3000:]
+    assert "Running sanity test \"validate-modules\"" in done.stdout + done.stderr
