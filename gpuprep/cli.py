@@ -300,6 +300,42 @@ def compat(driver, cuda, cudnn, torch_version, gpu, cc, as_json):
         sys.exit(EXIT_FAILED)
 
 
+@cli.command()
+@click.option("--from", "sources", multiple=True, metavar="FILE",
+              help="Plan for captures (topo -m, numactl -H, lscpu, -q, a snapshot) instead of this host. Repeatable.")
+@click.option("--nproc-per-node", "nproc", type=int, help="Ranks on this node (default: one per GPU; required "
+                                                           "without GPUs, for CPU ranks).")
+@click.option("--mode", type=click.Choice(["exclusive", "node", "socket"]), default="exclusive", show_default=True,
+              help="CPU binding, as torchrun --numa-binding computes it.")
+@_format_options
+def plan(sources, nproc, mode, fmt, as_json, output):
+    """Per-rank launch plan: GPU, NUMA node, CPUs, memory node, nearest NIC, threads, DataLoader workers."""
+    from .plan import make_plan
+    from .report import plan_document
+    snap = _gather(list(sources), "/", True, allow_mixed=True) if sources else None
+    if snap is None:
+        from .probe import topology_facts
+        snap = topology_facts()
+    fmt = _chosen_format(fmt, as_json, output)
+    if fmt not in ("text", "json"):
+        from .errors import BadInput
+        raise BadInput(f"--format {fmt}: a plan is text or json")
+    document = plan_document(make_plan(snap, nproc=nproc, mode=mode))
+    _emit(document, fmt, output)
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--plan", "plan_file", metavar="FILE", help="A plan saved with gpuprep plan --json -o FILE "
+                                                         "(otherwise each rank plans from this host's facts).")
+@click.option("--mode", type=click.Choice(["exclusive", "node", "socket"]), default="exclusive", show_default=True,
+              help="CPU binding when planning here (without --plan).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def launch(plan_file, mode, command):
+    """Run COMMAND as one rank, placed by the plan (torchrun --no-python gpuprep launch [--plan F] -- CMD)."""
+    from .launch import run
+    run(plan_file, mode, command)
+
+
 @cli.command("nccl-env")
 @click.option("--from", "sources", multiple=True, metavar="FILE",
               help="GPUs (and, without --root, the host's facts) from a snapshot/captures instead of this host.")

@@ -140,6 +140,8 @@ class System:
     sockets: Optional[int] = None
     cores: Optional[int] = None
     threads: Optional[int] = None
+    # each physical core's logical CPUs as a cpulist ("0,112"), from /sys (the launch plan's SMT siblings)
+    thread_siblings: Optional[List[str]] = None
     memory_total_mib: Optional[int] = None
     swap_total_mib: Optional[int] = None
 

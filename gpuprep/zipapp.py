@@ -30,9 +30,11 @@ sys.exit(main())
 
 def _members() -> Iterator[Tuple[str, Path]]:
     """(name in the archive, file) for every file the zipapp holds."""
-    for path in sorted(_PACKAGE.rglob("*")):
+    # followlinks: in a checkout gpuprep/module_utils is a link to the collection's plugins/module_utils
+    files = (Path(base) / name for base, _, names in os.walk(_PACKAGE, followlinks=True) for name in names)
+    for path in sorted(files):
         relative = path.relative_to(_PACKAGE)
-        if path.is_file() and not (set(relative.parts) & _LEFT_OUT) and path.suffix != ".pyc":
+        if not (set(relative.parts) & _LEFT_OUT) and path.suffix != ".pyc":
             yield f"gpuprep/{relative.as_posix()}", path
     import prometheus_client
     import pynvml

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from typing import List
 
+from ..errors import BadInput
 from ..snapshot import Snapshot, Topology
 from . import values as v
 
@@ -21,8 +22,11 @@ def looks_like_topo(text: str) -> bool:
 
 def parse_topology(text: str) -> Topology:
     lines = text.splitlines()
-    header_at = next(i for i, line in enumerate(lines)
-                     if re.match(r"^\s+GPU0(\s|$)", line.expandtabs(8)))
+    # the header row starts with GPU0 (indented, though copies of the output lose that); GPU0's own row has X next
+    header_at = next((i for i, line in enumerate(lines)
+                      if line.split()[:1] == ["GPU0"] and line.split()[1:2] != ["X"]), None)
+    if header_at is None:
+        raise BadInput("nvidia-smi topo -m output without its header row (GPU0 GPU1 ... CPU Affinity)")
     columns = [c.strip() for c in re.split(r"\t+|\s{2,}", lines[header_at].strip()) if c.strip()]
     devices = [c for c in columns if c not in _AFFINITY_COLUMNS]
     extra = [c for c in columns if c in _AFFINITY_COLUMNS]

@@ -48,3 +48,18 @@ def collect(root: str = "/", nvml: Any = None, environ: Optional[Dict[str, str]]
         if snap.gpus:
             snap.topology = cmd.nvidia_topology()
     return snap
+
+
+def topology_facts(root: str = "/", commands: bool = True) -> Snapshot:
+    """Only what a launch plan needs, cheap enough for every rank of `gpuprep launch` to read: CPUs, NUMA nodes,
+    SMT siblings, RDMA ports and `nvidia-smi topo -m` (no NVML session, no Docker, no kernel log)."""
+    fs = Root(root)
+    snap = Snapshot(sources=["live" if fs.live else f"root:{root}"],
+                    collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    snap.system = probe_system(fs)
+    snap.numa_nodes = probe_numa(fs)
+    snap.rdma_devices = probe_rdma(fs)
+    if commands:
+        from . import commands as cmd
+        snap.topology = cmd.nvidia_topology()
+    return snap

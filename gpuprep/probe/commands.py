@@ -5,6 +5,7 @@ import shutil
 import subprocess
 from typing import List, Optional
 
+from ..errors import BadInput
 from ..importers.kernel_log import parse_events
 from ..importers.topo import parse_topology
 from ..snapshot import Topology, XidEvent
@@ -40,5 +41,5 @@ def nvidia_topology() -> Optional[Topology]:
         return None
     try:
         return parse_topology(text)
-    except StopIteration:
+    except BadInput:
         return None

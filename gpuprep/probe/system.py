@@ -65,10 +65,18 @@ def probe_system(root: Root) -> System:
     packages = set(re.findall(r"^physical id\s*:\s*(\d+)", cpuinfo, re.M))
     system.sockets = len(packages) or None
     system.cores = _physical_cores(root)
+    system.thread_siblings = probe_thread_siblings(root)
     meminfo = _key_values(root.read("/proc/meminfo") or "", sep=":")
     system.memory_total_mib = _kib_to_mib(meminfo.get("MemTotal"))
     system.swap_total_mib = _kib_to_mib(meminfo.get("SwapTotal"))
     return system
+
+
+def probe_thread_siblings(root: Root) -> Optional[List[str]]:
+    groups = {root.first_line(f"/sys/devices/system/cpu/{entry}/topology/thread_siblings_list")
+              for entry in root.listdir("/sys/devices/system/cpu") if re.fullmatch(r"cpu\d+", entry)}
+    groups.discard(None)
+    return sorted(groups, key=lambda g: int(re.split(r"[,-]", g)[0])) or None
 
 
 def _physical_cores(root: Root) -> Optional[int]:

@@ -19,6 +19,9 @@ ERROR_SCHEMA = "gpuprep.error/1"
 FORMATS = ("text", "json", "junit", "prometheus", "html")
 
 
+PLAN_SCHEMA = "gpuprep.plan/1"
+
+
 def summary(findings: List[Finding]) -> dict:
     counts = Counter(f.severity for f in findings)
     return {s: counts.get(s, 0) for s in SEVERITIES}
@@ -131,6 +134,12 @@ def apply_document(playbook: str, check: bool, succeeded: bool, outcome) -> dict
                      "hosts_changed": sum(1 for h in hosts.values() if h["changed"])},
                     playbook=playbook, check=check, ok=succeeded, artifacts=outcome.artifacts,
                     interrupted=state.interrupted, hosts=hosts)
+
+
+def plan_document(plan) -> dict:
+    """`plan`: a plan.LaunchPlan. `gpuprep launch --plan FILE` reads this document back."""
+    findings = plan.findings
+    return envelope(PLAN_SCHEMA, worst(findings) if findings else "pass", summary(findings), **plan.to_dict())
 
 
 def error_document(message: str, exit_code: int) -> dict:

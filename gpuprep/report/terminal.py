@@ -199,8 +199,41 @@ def render_burnin(document: dict, colour: bool, verbose: bool = False, drift_gro
     return out.text()
 
 
+def render_plan(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
+    """The launch plan: a row per local rank, the torchrun line where it binds the same, the wrapper line."""
+    from ..importers.values import compress_cpulist
+    out = Writer(colour)
+    out.line(f"Launch plan for {document['host']} ({document['mode']}, {len(document['ranks'])} ranks)")
+    out.line(f"  {'rank':>4}  {'gpu':>3}  {'bus id':<16}  {'numa':>4}  {'cpus':<22}  {'cores':>5}  {'nic':<10}  "
+             f"{'path':<4}  {'omp':>3}  workers")
+    for r in document["ranks"]:
+        out.line(f"  {r['local_rank']:>4}  {_dash(r['gpu']):>3}  {_dash(r['bus_id']):<16}  {_dash(r['numa_node']):>4}  "
+                 f"{compress_cpulist(r['cpus']):<22}  {r['physical_cores']:>5}  {_dash(r['nic']):<10}  "
+                 f"{_dash(r['nic_path']):<4}  {r['env']['OMP_NUM_THREADS']:>3}  {r['dataloader_workers']}")
+    for note in document["notes"]:
+        out.line(f"  note: {note}")
+    if document["torchrun"]:
+        out.line(f"torchrun alone (same CPU binding; no memory policy, NIC or thread counts): {document['torchrun']}")
+    else:
+        out.line("torchrun --numa-binding does not give this binding here (a GPU's NUMA node is unknown, "
+                 "or not every GPU has a rank)")
+    from ..plan import LaunchPlan, launch_line
+    out.line(f"each rank as planned: gpuprep plan --json -o plan.json && "
+             f"{launch_line(LaunchPlan.from_dict(document))}")
+    for f in document["findings"]:
+        out.line(f"  {out.paint(f['severity'].upper().ljust(4), f['severity'])}  {f['id']}  {f['title']}: "
+                 f"{f['evidence']}")
+        out.line(f"        remedy: {f['remedy']}")
+    out.line(f"{document['verdict'].upper()}: {len(document['findings'])} finding(s)")
+    return out.text()
+
+
+def _dash(value) -> str:
+    return "-" if value is None else str(value)
+
+
 def render_document(document: dict, colour: bool = False, verbose: bool = False, drift_groups: bool = False) -> str:
     schema = document["schema"].split("/")[0]
     renderer = {"gpuprep.check": render_check, "gpuprep.fleet": render_fleet,
-                "gpuprep.burnin": render_burnin}[schema]
+                "gpuprep.burnin": render_burnin, "gpuprep.plan": render_plan}[schema]
     return renderer(document, colour, verbose, drift_groups)

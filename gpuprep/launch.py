@@ -1,0 +1,72 @@
+"""`gpuprep launch -- CMD`: one rank of a torchrun job, placed as the launch plan says. torchrun starts it as the
+entry point (`torchrun --no-python gpuprep launch ...`); it takes LOCAL_RANK's part of the plan, binds this process
+to those CPUs (inherited across exec), prefers the rank's memory node through numactl when the host has it, sets
+the rank's environment (threads, NIC, device order) and execs the command. I/O only: the plan is plan.py's."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Dict, List, Optional, Sequence
+
+from .errors import BadInput
+from .importers.values import compress_cpulist
+from .plan import LaunchPlan, Rank, local_rank, make_plan
+
+
+def load_plan(path: str) -> LaunchPlan:
+    try:
+        with open(path) as fh:
+            document = json.load(fh)
+    except OSError as exc:
+        raise BadInput(f"--plan {path}: {exc.strerror or exc}") from None
+    except ValueError:
+        raise BadInput(f"--plan {path}: not JSON (write it with gpuprep plan --json -o FILE)") from None
+    if not isinstance(document, dict) or not str(document.get("schema", "")).startswith("gpuprep.plan/"):
+        raise BadInput(f"--plan {path}: not a gpuprep plan document (gpuprep plan --json -o FILE)")
+    try:
+        return LaunchPlan.from_dict(document)
+    except (KeyError, TypeError) as exc:
+        raise BadInput(f"--plan {path}: damaged plan document ({exc})") from None
+
+
+def rank_plan(plan_file: Optional[str], mode: str, environ: Dict[str, str]) -> Rank:
+    rank = local_rank(environ)
+    if plan_file:
+        plan = load_plan(plan_file)
+    else:
+        from .probe import topology_facts
+        size = environ.get("LOCAL_WORLD_SIZE")
+        nproc = int(size) if size and size.isdigit() else None
+        plan = make_plan(topology_facts(), nproc=nproc, mode=mode)
+    if rank >= len(plan.ranks):
+        raise BadInput(f"LOCAL_RANK={rank}, but the plan has {len(plan.ranks)} ranks")
+    return plan.ranks[rank]
+
+
+def command_line(rank: Rank, command: Sequence[str], numactl: Optional[str]) -> List[str]:
+    # --preferred, not --membind: the rank's memory comes from its node while the node has room, and from the
+    # other node after that instead of the kernel killing the job
+    if numactl and rank.memory_node is not None:
+        return [numactl, f"--preferred={rank.memory_node}", "--", *command]
+    return list(command)
+
+
+def run(plan_file: Optional[str], mode: str, command: Sequence[str]) -> None:
+    """Does not return: execs the command (or raises BadInput before anything changed)."""
+    if not command:
+        raise BadInput("nothing to launch: gpuprep launch [--plan FILE] -- COMMAND ...")
+    environ = dict(os.environ)
+    rank = rank_plan(plan_file, mode, environ)
+    allowed = os.sched_getaffinity(0)
+    cpus = set(rank.cpus) & allowed
+    if not cpus:
+        raise BadInput(f"local rank {rank.local_rank}: the plan's CPUs {rank.cpulist} are not available here "
+                       f"(this process may use {compress_cpulist(allowed)}): a plan for another machine?")
+    os.sched_setaffinity(0, cpus)
+    environ.update(rank.env)     # over torchrun's OMP_NUM_THREADS=1
+    environ["GPUPREP_LAUNCH_CPUS"] = compress_cpulist(cpus)
+    argv = command_line(rank, command, shutil.which("numactl"))
+    if shutil.which(argv[0], path=environ.get("PATH")) is None and os.sep not in argv[0]:
+        raise BadInput(f"{argv[0]}: command not found")
+    os.execvpe(argv[0], argv, environ)
