@@ -184,6 +184,8 @@ class Settings:
     memlock_hard: Optional[str] = None
     shm_size_mib: Optional[int] = None
     iommu_groups: Optional[int] = None
+    # sshd's effective settings (`sshd -T`, keywords in lower case) that decide how the node can be logged into
+    sshd: Optional[Dict[str, str]] = None
 
 
 @dataclass

@@ -34,7 +34,8 @@ def installed(tmp_path_factory):
     assert built.returncode == 0, built.stdout + built.stderr
     tarball = out / f"gpuprep-node-{galaxy_version()}.tar.gz"
     path = tmp_path_factory.mktemp("collections")
-    done = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "-p", str(path), str(tarball)],
+    # --force: a copy elsewhere on the collections path (Molecule and ansible-lint install one) is no reason to skip
+    done = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "--force", "-p", str(path), str(tarball)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return tarball, path

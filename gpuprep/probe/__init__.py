@@ -45,6 +45,7 @@ def collect(root: str = "/", nvml: Any = None, environ: Optional[Dict[str, str]]
     if commands:
         from . import commands as cmd
         snap.xids = cmd.recent_xids()
+        snap.settings.sshd = cmd.sshd_settings()
         if snap.gpus:
             snap.topology = cmd.nvidia_topology()
     return snap

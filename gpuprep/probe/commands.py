@@ -1,9 +1,10 @@
 """Bounded runs of host commands whose output the importers already understand."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from ..errors import BadInput
 from ..importers.kernel_log import parse_events
@@ -43,3 +44,15 @@ def nvidia_topology() -> Optional[Topology]:
         return parse_topology(text)
     except BadInput:
         return None
+
+
+def sshd_settings() -> Optional[Dict[str, str]]:
+    """sshd's effective settings: `sshd -T` (needs root and host keys), else sshd_config and its drop-ins."""
+    from ..importers.sshd import parse_sshd_config, parse_sshd_t
+    sshd = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
+    if sshd is None:
+        return None
+    text = run([sshd, "-T"])
+    if text:
+        return parse_sshd_t(text) or None
+    return parse_sshd_config() or None

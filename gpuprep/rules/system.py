@@ -103,3 +103,39 @@ def iommu(snap, ctx):
                         "NCCL troubleshooting guide (PCI ACS / IOMMU)")]
     return [Finding("sys.iommu", "pass", host(snap), "IOMMU settings allow P2P",
                     {"cmdline": [w for w in words if "iommu" in w]})]
+
+
+# keyboard-interactive is PAM's password prompt on most distributions; "without-password" is the old spelling
+_YES = {"yes", "true"}
+_KEY_ONLY_ROOT = {"no", "prohibit-password", "without-password", "forced-commands-only"}
+
+
+@rule
+def ssh_password_auth(snap, ctx):
+    sshd = snap.settings.sshd
+    if not sshd or "passwordauthentication" not in sshd:
+        return []
+    on = [k for k in ("passwordauthentication", "kbdinteractiveauthentication", "challengeresponseauthentication")
+          if sshd.get(k, "no").lower() in _YES]
+    methods = sshd.get("authenticationmethods", "any")
+    if on and "publickey" in methods and "password" not in methods and "keyboard-interactive" not in methods:
+        on = []                                     # AuthenticationMethods demands a key anyway
+    if on:
+        return [Finding("sys.ssh-password-auth", "warn", host(snap), "sshd accepts passwords",
+                        {k: sshd.get(k) for k in on},
+                        "Key-only logins: PasswordAuthentication no and KbdInteractiveAuthentication no in a drop-in "
+                        "under /etc/ssh/sshd_config.d/, check with sshd -t, then reload sshd (keep a session open)")]
+    return [Finding("sys.ssh-password-auth", "pass", host(snap), "sshd takes no passwords")]
+
+
+@rule
+def ssh_root_login(snap, ctx):
+    sshd = snap.settings.sshd
+    if not sshd or "permitrootlogin" not in sshd:
+        return []
+    value = sshd["permitrootlogin"].lower()
+    if value in _KEY_ONLY_ROOT:
+        return [Finding("sys.ssh-root-login", "pass", host(snap), f"root logs in by key only ({value})")]
+    return [Finding("sys.ssh-root-login", "warn", host(snap), "root may log in with a password over SSH",
+                    {"permitrootlogin": value},
+                    "PermitRootLogin prohibit-password (or no) in /etc/ssh/sshd_config.d/, sshd -t, reload sshd")]
