@@ -228,9 +228,9 @@ def _owned(layout: Layout, node: Optional[int], mode: str, slot: int, sharing: i
 
 def _rank(r: int, gpu: Optional[int], node: Optional[int], bus: Optional[str],
           placed: List[Tuple[Optional[int], Optional[int]]], layout: Layout, mode: str) -> Rank:
-    sharing = [p for p in placed if p[1] == node]
-    slot = sharing.index((gpu, node)) if gpu is not None else [i for i, p in enumerate(placed) if p[1] == node].index(r)
-    cpus = _owned(layout, node, mode, slot, len(sharing))
+    # ranks come in GPU index order: this rank's slot among its node's ranks is how many came before it
+    slot = sum(1 for p in placed[:r] if p[1] == node)
+    cpus = _owned(layout, node, mode, slot, sum(1 for p in placed if p[1] == node))
     physical = len({layout.core_of.get(cpu, cpu) for cpu in cpus})
     if mode != "exclusive" or node is None:      # ranks share these CPUs: each gets its part of the threads
         physical = max(1, physical // len([p for p in placed if _same_pool(layout, mode, p[1], node)]))
@@ -289,8 +289,8 @@ def _torchrun(ranks: List[Rank], mode: str, numa: Dict[int, Optional[int]], with
     return shlex.join(["torchrun", f"--nproc-per-node={len(ranks)}", f"--numa-binding={mode}", "train.py"])
 
 
-def launch_line(plan: LaunchPlan, plan_file: str = "plan.json") -> str:
-    return shlex.join(["torchrun", f"--nproc-per-node={len(plan.ranks)}", "--no-python", "gpuprep", "launch",
+def launch_line(nproc: int, plan_file: str = "plan.json") -> str:
+    return shlex.join(["torchrun", f"--nproc-per-node={nproc}", "--no-python", "gpuprep", "launch",
                        "--plan", plan_file, "--", "python", "train.py"])
 
 

@@ -88,6 +88,13 @@ def test_offline_commands_run(user_venv, tmp_path):
     assert compat.returncode == 0 and json.loads(compat.stdout)["verdict"] in ("pass", "info")
     nccl = run(user_venv, env, "nccl-env", "--from", corpus("h100-sxm-x8.nvidia-smi-q.txt"), "--json")
     assert nccl.returncode == 0 and json.loads(nccl.stdout)["NCCL_IB_DISABLE"] == "1"
+    plan = run(user_venv, env, "plan", "--from", corpus("h100-sxm-x8-ib-penny.topo-m.txt"), "--json")
+    assert plan.returncode == 0 and json.loads(plan.stdout)["ranks"][0]["nic"] == "mlx5_ib0", plan.stderr
+    local = run(user_venv, env, "plan", "--nproc-per-node", "1")           # this host's CPUs, no GPU
+    assert local.returncode == 0 and "Launch plan" in local.stdout, local.stderr
+    launched = subprocess.run([str(user_venv / "bin" / "gpuprep"), "launch", "--", "true"], capture_output=True,
+                              text=True, env=dict(env, LOCAL_RANK="0", LOCAL_WORLD_SIZE="1"), timeout=120)
+    assert launched.returncode == 0, launched.stderr
     burnin = run(user_venv, env, "burnin", "--duration", "10s")
     assert burnin.returncode == 2 and "pip install 'gpuprep[burnin]'" in burnin.stderr
     assert "Traceback" not in burnin.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Dict, List
+from typing import Dict
 
 from ..snapshot import Snapshot
 
@@ -60,6 +60,3 @@ def parse_sshd_config(path: str = "/etc/ssh/sshd_config", root: str = "/", depth
         elif key in KEYWORDS and values:
             settings.setdefault(key, " ".join(values) if key == "authenticationmethods" else values[0].lower())
     return settings
-
-
-__all__: List[str] = ["looks_like_sshd_t", "parse_sshd_t", "import_sshd_t", "parse_sshd_config", "KEYWORDS"]

@@ -18,13 +18,9 @@ def collect(root: str = "/", nvml: Any = None, environ: Optional[Dict[str, str]]
     from .software import probe_software
 
     fs = Root(root)
-    snap = Snapshot(sources=["live" if fs.live else f"root:{root}"],
-                    collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    snap.system = probe_system(fs)
-    snap.numa_nodes = probe_numa(fs)
+    snap = _cpu_facts(fs, root)
     snap.nics = probe_nics(fs)
     snap.interfaces = probe_interfaces(fs) or None
-    snap.rdma_devices = probe_rdma(fs)
     snap.kernel_modules = probe_modules(fs)
     snap.settings = probe_settings(fs)
     snap.env = probe_env(dict(os.environ if environ is None else environ))
@@ -51,15 +47,20 @@ def collect(root: str = "/", nvml: Any = None, environ: Optional[Dict[str, str]]
     return snap
 
 
-def topology_facts(root: str = "/", commands: bool = True) -> Snapshot:
-    """Only what a launch plan needs, cheap enough for every rank of `gpuprep launch` to read: CPUs, NUMA nodes,
-    SMT siblings, RDMA ports and `nvidia-smi topo -m` (no NVML session, no Docker, no kernel log)."""
-    fs = Root(root)
+def _cpu_facts(fs: Root, root: str) -> Snapshot:
+    """The snapshot's header with the CPUs, NUMA nodes and RDMA ports: what every probe starts from."""
     snap = Snapshot(sources=["live" if fs.live else f"root:{root}"],
                     collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     snap.system = probe_system(fs)
     snap.numa_nodes = probe_numa(fs)
     snap.rdma_devices = probe_rdma(fs)
+    return snap
+
+
+def topology_facts(root: str = "/", commands: bool = True) -> Snapshot:
+    """Only what a launch plan needs, cheap enough for every rank of `gpuprep launch` to read: CPUs, NUMA nodes,
+    SMT siblings, RDMA ports and `nvidia-smi topo -m` (no NVML session, no Docker, no kernel log)."""
+    snap = _cpu_facts(Root(root), root)
     if commands:
         from . import commands as cmd
         snap.topology = cmd.nvidia_topology()

@@ -217,9 +217,8 @@ def render_plan(document: dict, colour: bool, verbose: bool = False, drift_group
     else:
         out.line("torchrun --numa-binding does not give this binding here (a GPU's NUMA node is unknown, "
                  "or not every GPU has a rank)")
-    from ..plan import LaunchPlan, launch_line
-    out.line(f"each rank as planned: gpuprep plan --json -o plan.json && "
-             f"{launch_line(LaunchPlan.from_dict(document))}")
+    from ..plan import launch_line
+    out.line(f"each rank as planned: gpuprep plan --json -o plan.json && {launch_line(len(document['ranks']))}")
     for f in document["findings"]:
         out.line(f"  {out.paint(f['severity'].upper().ljust(4), f['severity'])}  {f['id']}  {f['title']}: "
                  f"{f['evidence']}")
