@@ -60,12 +60,15 @@ def cli() -> None:
     """Check, tune and burn in GPU nodes for training."""
 
 
-def _gather(sources: List[str], root: str, no_docker: bool, allow_mixed: bool = False):
+def _gather(sources: List[str], root: str, no_docker: bool, allow_mixed: bool = False, deep: bool = False):
+    if deep and (sources or no_docker):
+        from .errors import BadInput
+        raise BadInput("--deep starts containers on this host: not with --from or --no-docker")
     if sources:
         from .importers import import_files
         return import_files(sources, allow_mixed)
     from .probe import collect
-    return collect(root=root, docker=not no_docker)
+    return collect(root=root, docker=not no_docker, deep=deep)
 
 
 def _connection_options(fn):
@@ -213,9 +216,11 @@ def _emit(document: dict, fmt: str, output, verbose: bool = False, drift_groups:
 @click.option("--facts-only", is_flag=True, help="Show the facts without judging them.")
 @click.option("--root", default="/", hidden=True)
 @click.option("--no-docker", is_flag=True, help="Do not query the Docker daemon.")
+@click.option("--deep", is_flag=True, help="Also start containers: the GPU smoke test (docker run --gpus all ... "
+              "nvidia-smi -L) and the /dev/shm and memlock a container gets.")
 @click.option("--allow-mixed", is_flag=True, help="Judge --from captures as one host even when they look like different hosts'.")
 def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, output, profile, skip, only,
-          require_gpu, verbose, facts_only, root, no_docker, allow_mixed):
+          require_gpu, verbose, facts_only, root, no_docker, deep, allow_mixed):
     """Gather facts (or read captures), judge them, report findings. Exit 1 if any check (or host) fails."""
     from .errors import BadInput
     from .fleet import saved_fleet
@@ -233,12 +238,14 @@ def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, 
         raise BadInput("give either -i INVENTORY or --from files, not both")
     context = Context(profile=_profile(profile), require_gpu=require_gpu)
     members = None if inventory else saved_fleet(list(sources))
+    if deep and (inventory or members is not None):
+        raise BadInput("--deep runs on this host only; across a fleet the container_toolkit role runs the smoke test")
     if inventory or members is not None:
         _check_fleet(inventory, limit, forks, members, context, skip, only, baseline, show_drift, fmt, output, verbose)
         return
     if baseline or show_drift:
         raise BadInput("--baseline and --drift compare hosts: give -i INVENTORY or snapshots of several hosts")
-    snap = _gather(list(sources), root, no_docker, allow_mixed)
+    snap = _gather(list(sources), root, no_docker, allow_mixed, deep)
     if facts_only:
         if fmt == "text":
             from .report.terminal import render_facts_only
@@ -437,7 +444,7 @@ def _split(values):
 
 @cli.command()
 @_apply_options
-@click.option("--tags", multiple=True, help="Only these roles: driver_pin, gpu_persistence, gpu_clocks, container_toolkit, nccl_env, system_tuning; gpuprep_agent (off unless named).")
+@click.option("--tags", multiple=True, help="Only these roles: driver_pin, gpu_persistence, gpu_clocks, container_toolkit, nccl_env, system_tuning; gpuprep_agent (off unless named); or system_tuning's concerns (system_tuning_ssh, ...).")
 @click.option("--skip-tags", multiple=True, help="Skip these roles.")
 @click.option("--check", is_flag=True, help="Change nothing; report what would change.")
 @click.option("--diff", is_flag=True, help="Show the changes to files.")

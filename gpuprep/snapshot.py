@@ -216,12 +216,31 @@ class Software:
 
 
 @dataclass
+class CommandRun:
+    """One bounded command gpuprep ran: its argument list, exit code (None: it did not finish) and output."""
+    argv: List[str] = field(default_factory=list)
+    rc: Optional[int] = None
+    stdout: str = ""
+    stderr: str = ""
+
+
+@dataclass
+class Smoke:
+    """`check --deep`: the GPU smoke container and the limits probe (module_utils/gpuprep_container_smoke)."""
+    image: Optional[str] = None
+    error: Optional[str] = None
+    gpu: Optional[CommandRun] = None
+    limits: Optional[CommandRun] = None
+
+
+@dataclass
 class Container:
     docker_reachable: Optional[bool] = None
     docker_version: Optional[str] = None
     runtimes: Optional[List[str]] = None
     default_runtime: Optional[str] = None
     error: Optional[str] = None
+    smoke: Optional[Smoke] = None
 
 
 @dataclass
@@ -348,6 +367,11 @@ def normalize_bus_id(bus_id: str) -> str:
 
 
 # --- generic dataclass construction from JSON -----------------------------------------
+
+def build(tp, value):
+    """A dataclass `tp` from JSON-shaped `value`, every field's type checked (TypeError names the first bad one)."""
+    return _build(tp, value)
+
 
 def _build(tp, value):
     if value is None:

@@ -55,3 +55,14 @@ def test_cli_reports_them_from_a_capture():
     done = run_cli("check", "--from", str(DATA / "debian12-default.sshd-T.txt"), "--json")
     ids = {f["id"]: f["severity"] for f in __import__("json").loads(done.stdout)["findings"]}
     assert ids.get("sys.ssh-password-auth") == "warn"
+
+
+def test_authorized_key_files_expand_sshd_tokens_and_skip_comments():
+    from gpuprep.module_utils.gpuprep_sshd import authorized_key_files, key_lines
+    # Debian's default (sshd -T prints it so) and a site layout with tokens and an absolute path
+    assert authorized_key_files(".ssh/authorized_keys .ssh/authorized_keys2", "deploy", "/home/deploy") == \
+        ["/home/deploy/.ssh/authorized_keys", "/home/deploy/.ssh/authorized_keys2"]
+    assert authorized_key_files("/etc/ssh/keys/%u %h/.ssh/k_%U none", "ops", "/srv/ops", 1001) == \
+        ["/etc/ssh/keys/ops", "/srv/ops/.ssh/k_1001"]
+    assert key_lines("# no keys yet\n\n   \n") == []
+    assert key_lines("# a\nssh-ed25519 AAAAC3Nz deploy@ws\n") == ["ssh-ed25519 AAAAC3Nz deploy@ws"]

@@ -18,14 +18,13 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import BadInput
-from ..resources import collections_path, playbooks_dir
+from ..resources import collection_dir, collections_path, playbooks_dir
 from .artifacts import scrub
 from .reducer import RunState, interrupt, reduce
 
 ROLE_TAGS = ("driver_pin", "gpu_persistence", "gpu_clocks", "container_toolkit", "nccl_env", "system_tuning",
              "gpuprep_agent")
-EXTRA_TAGS = ("always", "never", "system_tuning_governor", "system_tuning_sysctl", "system_tuning_memlock",
-              "system_tuning_nouveau", "system_tuning_thp")
+ANSIBLE_TAGS = ("always", "never")
 
 
 @dataclass
@@ -181,11 +180,18 @@ def _pairs(value: str) -> Dict[str, object]:
     return out
 
 
+def concern_tags() -> List[str]:
+    """system_tuning's concerns, one task file each, tagged system_tuning_<file>."""
+    tasks = collection_dir() / "roles" / "system_tuning" / "tasks"
+    return [f"system_tuning_{p.stem}" for p in sorted(tasks.glob("*.yml")) if p.stem != "main"]
+
+
 def validate_tags(tags: Sequence[str]) -> None:
-    known = set(ROLE_TAGS) | set(EXTRA_TAGS)
-    unknown = [t for t in tags if t not in known]
+    concerns = concern_tags()
+    unknown = [t for t in tags if t not in set(ROLE_TAGS) | set(concerns) | set(ANSIBLE_TAGS)]
     if unknown:
-        raise BadInput(f"unknown tag(s) {', '.join(unknown)} (known: {', '.join(ROLE_TAGS)})")
+        raise BadInput(f"unknown tag(s) {', '.join(unknown)} (roles: {', '.join(ROLE_TAGS)}; "
+                       f"system_tuning's concerns: {', '.join(concerns)})")
 
 
 def inventory_hosts(inventory: str, limit: Optional[str]) -> List[str]:

@@ -12,9 +12,10 @@ from .system import (Root, probe_env, probe_interfaces, probe_modules, probe_nic
 
 
 def collect(root: str = "/", nvml: Any = None, environ: Optional[Dict[str, str]] = None,
-            docker: bool = True, commands: bool = True) -> Snapshot:
+            docker: bool = True, commands: bool = True, deep: bool = False) -> Snapshot:
     """Facts of the host below `root`. `nvml` replaces nvidia-ml-py (tests pass a fake); `docker`
-    and `commands` switch off the daemon query and the bounded nvidia-smi/journal runs."""
+    and `commands` switch off the daemon query and the bounded nvidia-smi/journal runs; `deep` starts
+    containers (the GPU smoke test, when the host has GPUs, and the limits a container gets)."""
     from .software import probe_software
 
     fs = Root(root)
@@ -38,6 +39,9 @@ def collect(root: str = "/", nvml: Any = None, environ: Optional[Dict[str, str]]
     if docker:
         from .container import probe_docker
         snap.container = probe_docker()
+        if deep and snap.container.docker_reachable:
+            from .container import probe_smoke
+            snap.container.smoke = probe_smoke(snap.container, with_gpus=bool(snap.gpus))
     if commands:
         from . import commands as cmd
         snap.xids = cmd.recent_xids()

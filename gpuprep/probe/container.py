@@ -7,7 +7,7 @@ import json
 import shutil
 import subprocess
 
-from ..snapshot import Container
+from ..snapshot import Container, Smoke, build
 
 _TIMEOUT = 3
 
@@ -45,3 +45,12 @@ def _probe_docker_cli() -> Container:
         reason = (done.stderr or "").strip().splitlines()
         return Container(docker_reachable=False, error=(reason[-1] if reason else "docker info failed")[:200])
     return _from_info(info)
+
+
+def probe_smoke(container: Container, with_gpus: bool) -> Smoke:
+    """Start the smoke containers through the docker CLI (argument lists, each run bounded)."""
+    from ..module_utils.gpuprep_container_smoke import smoke
+    cli = shutil.which("docker")
+    if not cli:
+        return Smoke(error="no docker CLI to start containers with")
+    return build(Smoke, smoke(cli, runtimes=container.runtimes or (), with_gpus=with_gpus))

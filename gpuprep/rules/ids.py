@@ -3,7 +3,7 @@ in step). --skip and --only accept these and their areas, nothing else."""
 
 CHECK_IDS = frozenset({
     "compat.cudnn-cuda", "compat.nccl-cuda", "compat.toolkit-driver", "compat.torch-arch", "compat.torch-cpu-only",
-    "compat.torch-driver", "container.docker-missing", "container.nvidia-runtime-missing", "container.toolkit-old",
+    "compat.torch-driver", "container.docker-missing", "container.gpu-smoke", "container.nccl-limits", "container.nvidia-runtime-missing", "container.toolkit-old",
     "driver.mixed", "driver.not-probed", "driver.nvml-unavailable", "env.cuda-visible-devices", "env.nccl-ib-disabled",
     "env.nccl-socket-ifname", "env.omp-threads", "gpu.app-clocks-below-max", "gpu.capture-incomplete", "gpu.clock-throttle",
     "gpu.compute-mode", "gpu.count", "gpu.ecc-disabled", "gpu.ecc-uncorrectable", "gpu.fabric", "gpu.init-failed", "gpu.mig-enabled",

@@ -2,6 +2,7 @@
 `hpc-compute` profiles, NCCL's requirements)."""
 from __future__ import annotations
 
+from ..module_utils.gpuprep_sshd import password_methods_on, root_key_only
 from . import Finding, host, rule
 
 
@@ -106,25 +107,17 @@ def iommu(snap, ctx):
 
 
 # keyboard-interactive is PAM's password prompt on most distributions; "without-password" is the old spelling
-_YES = {"yes", "true"}
-_KEY_ONLY_ROOT = {"no", "prohibit-password", "without-password", "forced-commands-only"}
-
-
 @rule
 def ssh_password_auth(snap, ctx):
     sshd = snap.settings.sshd
     if not sshd or "passwordauthentication" not in sshd:
         return []
-    on = [k for k in ("passwordauthentication", "kbdinteractiveauthentication", "challengeresponseauthentication")
-          if sshd.get(k, "no").lower() in _YES]
-    methods = sshd.get("authenticationmethods", "any")
-    if on and "publickey" in methods and "password" not in methods and "keyboard-interactive" not in methods:
-        on = []                                     # AuthenticationMethods demands a key anyway
+    on = password_methods_on(sshd)
     if on:
         return [Finding("sys.ssh-password-auth", "warn", host(snap), "sshd accepts passwords",
                         {k: sshd.get(k) for k in on},
-                        "Key-only logins: PasswordAuthentication no and KbdInteractiveAuthentication no in a drop-in "
-                        "under /etc/ssh/sshd_config.d/, check with sshd -t, then reload sshd (keep a session open)")]
+                        "gpuprep apply --tags system_tuning_ssh -e system_tuning_ssh_enabled=true (a drop-in in "
+                        "/etc/ssh/sshd_config.d/ checked with sshd -t; refuses when the connecting user has no key)")]
     return [Finding("sys.ssh-password-auth", "pass", host(snap), "sshd takes no passwords")]
 
 
@@ -134,8 +127,9 @@ def ssh_root_login(snap, ctx):
     if not sshd or "permitrootlogin" not in sshd:
         return []
     value = sshd["permitrootlogin"].lower()
-    if value in _KEY_ONLY_ROOT:
+    if root_key_only(sshd):
         return [Finding("sys.ssh-root-login", "pass", host(snap), f"root logs in by key only ({value})")]
     return [Finding("sys.ssh-root-login", "warn", host(snap), "root may log in with a password over SSH",
                     {"permitrootlogin": value},
-                    "PermitRootLogin prohibit-password (or no) in /etc/ssh/sshd_config.d/, sshd -t, reload sshd")]
+                    "gpuprep apply --tags system_tuning_ssh -e system_tuning_ssh_enabled=true "
+                    "(PermitRootLogin prohibit-password in a drop-in in /etc/ssh/sshd_config.d/)")]
