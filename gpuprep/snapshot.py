@@ -216,6 +216,19 @@ class Software:
 
 
 @dataclass
+class PciDevice:
+    """A bridge or GPU from `lspci -vvv` (module_utils/gpuprep_lspci): bus range, port type, ACS control bits."""
+    bdf: str = ""
+    kind: str = ""                       # lspci's class: "PCI bridge", "3D controller", ...
+    name: str = ""
+    port: Optional[str] = None           # PCIe port type: "Downstream Port", "Root Port", ...
+    secondary: Optional[int] = None
+    subordinate: Optional[int] = None
+    acs_ctl: Optional[Dict[str, bool]] = None
+    denied: bool = False                 # lspci could not read the capabilities (not root)
+
+
+@dataclass
 class CommandRun:
     """One bounded command gpuprep ran: its argument list, exit code (None: it did not finish) and output."""
     argv: List[str] = field(default_factory=list)
@@ -289,6 +302,7 @@ class Snapshot:
     gpus: Optional[List[Gpu]] = None
     topology: Optional[Topology] = None
     xids: Optional[List[XidEvent]] = None
+    pci: Optional[List[PciDevice]] = None
 
     # -- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict:

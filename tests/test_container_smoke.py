@@ -3,6 +3,7 @@ failure outputs (tests/data/container/PROVENANCE.md), and run for real against t
 has no GPU and no NVIDIA toolkit, so its own refusal is the failure a toolkit-less node shows."""
 import json
 import shutil
+import subprocess
 
 import pytest
 
@@ -111,8 +112,10 @@ def test_real_docker_without_the_toolkit_fails_the_smoke_test_and_reports_its_li
     assert result["limits"]["rc"] == 0
     limits = parse_limits(result["limits"]["stdout"])
     assert limits["shm_mounted"] and limits["shm_bytes"] > 0          # the host's /bin/sh ran in the image
-    # the tag is the content's digest: the same host files give the same image
+    # the tag is the content's digest: the same host files give the same image; it is removed afterwards
     assert smoke("docker", runtimes=["runc"], with_gpus=False)["image"] == result["image"]
+    left = subprocess.run(["docker", "image", "inspect", result["image"]], capture_output=True, text=True)
+    assert left.returncode != 0
 
 
 @pytest.mark.docker

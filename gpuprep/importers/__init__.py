@@ -7,7 +7,7 @@ from typing import Callable, Iterable, List, Optional, Tuple
 
 from ..errors import BadInput
 from ..snapshot import Snapshot, merge
-from . import hostinfo, kernel_log, nvsmi_query, nvsmi_table, sshd, topo
+from . import hostinfo, kernel_log, lspci, nvsmi_query, nvsmi_table, sshd, topo
 
 Importer = Callable[[str, str], Snapshot]
 
@@ -30,6 +30,7 @@ KINDS: List[Tuple[str, Callable[[str], bool], Importer]] = [
     ("nvidia-container-toolkit --version", hostinfo.looks_like_ctk_version, hostinfo.import_ctk_version),
     ("kernel log", kernel_log.looks_like_kernel_log, kernel_log.import_kernel_log),
     ("sshd -T", sshd.looks_like_sshd_t, sshd.import_sshd_t),
+    ("lspci -vvv", lspci.looks_like_lspci_vvv, lspci.import_lspci),
     ("nvidia-smi -q excerpt", nvsmi_query.looks_like_excerpt, nvsmi_query.import_text),
 ]
 

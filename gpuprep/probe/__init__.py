@@ -48,6 +48,7 @@ def collect(root: str = "/", nvml: Any = None, environ: Optional[Dict[str, str]]
         snap.settings.sshd = cmd.sshd_settings()
         if snap.gpus:
             snap.topology = cmd.nvidia_topology()
+            snap.pci = cmd.pci_devices()
     return snap
 
 

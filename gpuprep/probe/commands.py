@@ -56,3 +56,13 @@ def sshd_settings() -> Optional[Dict[str, str]]:
     if text:
         return parse_sshd_t(text) or None
     return parse_sshd_config() or None
+
+
+def pci_devices():
+    """Bridges and GPUs from `lspci -vvv` (capabilities, and so ACS, only when run as root); None without lspci."""
+    from ..importers.lspci import pci_devices as parse
+    lspci = shutil.which("lspci")
+    if lspci is None:
+        return None
+    text = run([lspci, "-vvv"])
+    return parse(text) if text else None

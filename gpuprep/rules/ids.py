@@ -11,7 +11,7 @@ CHECK_IDS = frozenset({
     "gpu.temperature", "gpu.unreachable", "gpu.xid", "numa.cores-per-gpu", "numa.gpu-balance", "numa.host-size", "numa.memory-per-gpu",
     "sys.cpu-governor", "sys.iommu", "sys.memlock", "sys.nouveau-loaded", "sys.numa-balancing", "sys.pcie-aer",
     "sys.peermem-missing", "sys.shm-size", "sys.ssh-password-auth", "sys.ssh-root-login", "sys.thp", "topo.gpu-nic-affinity", "topo.nvlink-inactive",
-    "topo.p2p-path", "topo.rdma-nics",
+    "topo.p2p-path", "topo.pcie-acs", "topo.rdma-nics",
     # fleet drift (rules/drift.py FACTS): a host whose fact differs from the fleet's
     "drift.app-clocks", "drift.container-toolkit", "drift.cpu-cores", "drift.cpu-model", "drift.cuda-driver",
     "drift.cuda-toolkit", "drift.cudnn", "drift.docker-runtimes", "drift.driver", "drift.ecc-mode", "drift.gpu-count",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..importers.topo import gpu_pairs, nic_device_name
 from .. import knowledge as kb
+from ..module_utils.gpuprep_lspci import bridges_above, is_gpu, redirecting
 from . import Finding, all_gpus, gpu_subject, host, rule
 
 _NEAR = ("PIX", "PXB")
@@ -116,3 +117,36 @@ def rdma_nics(snap, ctx):
                         f"{len(names)} RDMA NIC(s) for {len(snap.gpus)} GPUs; the profile wants one per GPU pair ({wanted})",
                         evidence, "Add RDMA NICs (>= {} Gb/s) or use a single-node profile".format(minimum))]
     return [Finding("topo.rdma-nics", "pass", host(snap), f"{len(names)} RDMA NICs for {len(snap.gpus)} GPUs", evidence)]
+
+
+def _as_dict(device):
+    return {"bdf": device.bdf, "class": device.kind, "name": device.name, "port": device.port,
+            "secondary": device.secondary, "subordinate": device.subordinate, "acs_ctl": device.acs_ctl}
+
+
+@rule
+def pcie_acs(snap, ctx):
+    """ACS redirect bits on the PCIe switch ports above the GPUs (NCCL troubleshooting, "PCI Access Control
+    Services"): root ports are left out, since traffic between root ports crosses the root complex anyway."""
+    if not snap.pci:
+        return []
+    devices = [_as_dict(d) for d in snap.pci]
+    gpus = [d for d in devices if is_gpu(d)]
+    switch_ports = {b["bdf"]: b for g in gpus for b in bridges_above(devices, g["bdf"])
+                    if b["port"] in (None, "Downstream Port", "Upstream Port")}
+    if not gpus or not switch_ports:
+        return []
+    if any(d.denied for d in snap.pci) and all(b["acs_ctl"] is None for b in switch_ports.values()):
+        return [Finding("topo.pcie-acs", "info", host(snap), "ACS on the PCIe switches above the GPUs is unknown",
+                        {"bridges": sorted(switch_ports)}, "Run gpuprep check as root (lspci reads capabilities then)")]
+    on = {bdf: redirecting(b) for bdf, b in sorted(switch_ports.items()) if redirecting(b)}
+    if on:
+        return [Finding("topo.pcie-acs", "warn", host(snap),
+                        f"ACS redirects peer-to-peer traffic on {len(on)} PCIe switch port(s) above the GPUs",
+                        {"bridges": {bdf: " ".join(f"{bit}+" for bit in bits) for bdf, bits in on.items()}},
+                        "Disable IO virtualization/VT-d (ACS) in the BIOS, or after each boot: setpci -s BDF "
+                        "ECAP_ACS+0x6.w=0000 for each bridge listed (bare metal only: VMs need ACS)",
+                        "NCCL troubleshooting: PCI Access Control Services (ACS)")]
+    return [Finding("topo.pcie-acs", "pass", host(snap),
+                    f"No ACS redirect on the {len(switch_ports)} PCIe switch port(s) above the GPUs",
+                    {"bridges": sorted(switch_ports)})]

@@ -89,35 +89,41 @@ def image_tar(shell="/bin/sh"):
 
 
 def ensure_image(docker):
-    """The local smoke image's tag, imported from the host's files unless it exists. Returns (tag, error)."""
+    """The local smoke image's tag, imported from the host's files unless it exists.
+    Returns (tag, imported, error): `imported` says this call added it (and should remove it afterwards)."""
     data = image_tar()
     tag = "%s:%s" % (IMAGE_REPO, hashlib.sha256(data).hexdigest()[:12])
     if _run([docker, "image", "inspect", tag], timeout=60)["rc"] == 0:
-        return tag, None
+        return tag, False, None
     done = _run([docker, "import", "-", tag], stdin=data)
-    return (tag, None) if done["rc"] == 0 else (None, "docker import: " + done["stderr"].strip()[-300:])
+    if done["rc"] != 0:
+        return None, False, "docker import: " + done["stderr"].strip()[-300:]
+    return tag, True, None
 
 
 def gpu_run_argv(docker, image, how):
     """`docker run` of nvidia-smi -L with every GPU: Docker's --gpus (toolkit 1.x with Docker 19.03+) or the
     registered nvidia runtime with NVIDIA_VISIBLE_DEVICES (older setups, or where --gpus is not wired)."""
     access = ["--gpus", "all"] if how == "gpus" else ["--runtime", "nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=all"]
-    return [docker, "run", "--rm", "--network", "none", *access, "-e", "NVIDIA_DRIVER_CAPABILITIES=utility",
-            image, "nvidia-smi", "-L"]
+    return [docker, "run", "--rm", "--network", "none", "--pull", "never", *access,
+            "-e", "NVIDIA_DRIVER_CAPABILITIES=utility", image, "nvidia-smi", "-L"]
 
 
 def smoke(docker="docker", image=None, runtimes=(), with_gpus=True):
     """Run the GPU smoke test (unless with_gpus is false) and the limits probe; return raw results (judged by
     judge_smoke/judge_limits)."""
-    built = None
+    imported = False
     if image is None:
-        image, built = ensure_image(docker)
+        image, imported, error = ensure_image(docker)
         if image is None:
-            return {"image": None, "error": built, "gpu": None, "limits": None}
+            return {"image": None, "error": error, "gpu": None, "limits": None}
     gpu = _run(gpu_run_argv(docker, image, "gpus")) if with_gpus else None
     if gpu and gpu["rc"] != 0 and "nvidia" in runtimes:
         gpu = _run(gpu_run_argv(docker, image, "runtime"))
-    limits = _run([docker, "run", "--rm", "--network", "none", image, "/bin/sh", "-c", LIMITS_SCRIPT])
+    limits = _run([docker, "run", "--rm", "--network", "none", "--pull", "never", image, "/bin/sh", "-c",
+                   LIMITS_SCRIPT])
+    if imported:                        # leave the host as it was: the image is rebuilt in a second next time
+        _run([docker, "rmi", image], timeout=60)
     return {"image": image, "error": None, "gpu": gpu, "limits": limits}
 
 

@@ -1,0 +1,25 @@
+"""`lspci -vvv` captures: the bridges and GPUs, for the ACS check (the reading is module_utils/gpuprep_lspci)."""
+from __future__ import annotations
+
+from typing import List
+
+from ..module_utils.gpuprep_lspci import HEADER, is_gpu, parse_lspci_vvv
+from ..snapshot import PciDevice, Snapshot
+
+
+def looks_like_lspci_vvv(text: str) -> bool:
+    lines = text.splitlines()[:400]
+    return any(HEADER.match(line) for line in lines[:5]) and any("Capabilities:" in line for line in lines)
+
+
+def pci_devices(text: str) -> List[PciDevice]:
+    """The devices the ACS check needs: bridges (they have a bus range) and NVIDIA GPUs."""
+    keep = [d for d in parse_lspci_vvv(text) if d["secondary"] is not None or is_gpu(d)]
+    return [PciDevice(bdf=d["bdf"], kind=d["class"], name=d["name"], port=d["port"], secondary=d["secondary"],
+                      subordinate=d["subordinate"], acs_ctl=d["acs_ctl"], denied=d["denied"]) for d in keep]
+
+
+def import_lspci(text: str, origin: str) -> Snapshot:
+    snap = Snapshot(sources=[origin])
+    snap.pci = pci_devices(text)
+    return snap
