@@ -50,7 +50,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 listed:
-  description: The GPUs the container listed, as C(GPU i: NAME).
+  description: "The GPUs the container listed, as C(GPU i: NAME)."
   type: list
   elements: str
   returned: always
