@@ -217,7 +217,7 @@ class Software:
 
 @dataclass
 class PciDevice:
-    """A bridge or GPU from `lspci -vvv` (module_utils/gpuprep_lspci): bus range, port type, ACS control bits."""
+    """A bridge, GPU or RDMA NIC from `lspci -vvv` (module_utils/gpuprep_lspci): bus range, port type, ACS control bits."""
     bdf: str = ""
     kind: str = ""                       # lspci's class: "PCI bridge", "3D controller", ...
     name: str = ""

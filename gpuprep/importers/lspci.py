@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import List
 
-from ..module_utils.gpuprep_lspci import HEADER, is_gpu, parse_lspci_vvv
+from ..module_utils.gpuprep_lspci import HEADER, is_gpu, is_rdma_nic, parse_lspci_vvv
 from ..snapshot import PciDevice, Snapshot
 
 
@@ -13,8 +13,8 @@ def looks_like_lspci_vvv(text: str) -> bool:
 
 
 def pci_devices(text: str) -> List[PciDevice]:
-    """The devices the ACS check needs: bridges (they have a bus range) and NVIDIA GPUs."""
-    keep = [d for d in parse_lspci_vvv(text) if d["secondary"] is not None or is_gpu(d)]
+    """The devices the ACS check needs: bridges (they have a bus range), NVIDIA GPUs and RDMA NICs."""
+    keep = [d for d in parse_lspci_vvv(text) if d["secondary"] is not None or is_gpu(d) or is_rdma_nic(d)]
     return [PciDevice(bdf=d["bdf"], kind=d["class"], name=d["name"], port=d["port"], secondary=d["secondary"],
                       subordinate=d["subordinate"], acs_ctl=d["acs_ctl"], denied=d["denied"]) for d in keep]
 

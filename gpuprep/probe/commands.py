@@ -59,7 +59,7 @@ def sshd_settings() -> Optional[Dict[str, str]]:
 
 
 def pci_devices():
-    """Bridges and GPUs from `lspci -vvv` (capabilities, and so ACS, only when run as root); None without lspci."""
+    """Bridges, GPUs and RDMA NICs from `lspci -vvv` (capabilities, and so ACS, only when run as root); None without lspci."""
     from ..importers.lspci import pci_devices as parse
     lspci = shutil.which("lspci")
     if lspci is None:

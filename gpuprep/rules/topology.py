@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..importers.topo import gpu_pairs, nic_device_name
 from .. import knowledge as kb
-from ..module_utils.gpuprep_lspci import bridges_above, is_gpu, redirecting
+from ..module_utils.gpuprep_lspci import is_gpu, redirecting, switch_ports_above
 from . import Finding, all_gpus, gpu_subject, host, rule
 
 _NEAR = ("PIX", "PXB")
@@ -126,15 +126,13 @@ def _as_dict(device):
 
 @rule
 def pcie_acs(snap, ctx):
-    """ACS redirect bits on the PCIe switch ports above the GPUs (NCCL troubleshooting, "PCI Access Control
-    Services"): root ports are left out, since traffic between root ports crosses the root complex anyway."""
+    """ACS redirect bits on the PCIe switch ports above the GPUs and RDMA NICs (NCCL troubleshooting, "PCI Access
+    Control Services"), chosen as the system_tuning role's ACS concern chooses the ports it clears."""
     if not snap.pci:
         return []
     devices = [_as_dict(d) for d in snap.pci]
-    gpus = [d for d in devices if is_gpu(d)]
-    switch_ports = {b["bdf"]: b for g in gpus for b in bridges_above(devices, g["bdf"])
-                    if b["port"] in (None, "Downstream Port", "Upstream Port")}
-    if not gpus or not switch_ports:
+    switch_ports = switch_ports_above(devices)
+    if not any(is_gpu(d) for d in devices) or not switch_ports:
         return []
     if any(d.denied for d in snap.pci) and all(b["acs_ctl"] is None for b in switch_ports.values()):
         return [Finding("topo.pcie-acs", "info", host(snap), "ACS on the PCIe switches above the GPUs is unknown",
@@ -142,11 +140,13 @@ def pcie_acs(snap, ctx):
     on = {bdf: redirecting(b) for bdf, b in sorted(switch_ports.items()) if redirecting(b)}
     if on:
         return [Finding("topo.pcie-acs", "warn", host(snap),
-                        f"ACS redirects peer-to-peer traffic on {len(on)} PCIe switch port(s) above the GPUs",
-                        {"bridges": {bdf: " ".join(f"{bit}+" for bit in bits) for bdf, bits in on.items()}},
-                        "Disable IO virtualization/VT-d (ACS) in the BIOS, or after each boot: setpci -s BDF "
-                        "ECAP_ACS+0x6.w=0000 for each bridge listed (bare metal only: VMs need ACS)",
+                        f"ACS redirects peer-to-peer traffic on {len(on)} PCIe switch port(s) above the GPUs/NICs",
+                        {"bridges": {bdf: " ".join(f"{bit}+" for bit in bits) for bdf, bits in on.items()},
+                         "below": {bdf: switch_ports[bdf]["below"] for bdf in on}},
+                        "Bare metal only (VMs need ACS): disable IO virtualization/VT-d (ACS) in the BIOS, or clear it "
+                        "at every boot with `gpuprep apply --tags system_tuning_acs -e system_tuning_acs_enabled=true` "
+                        "(setpci -s BDF ECAP_ACS+0x6.w=0000 on each bridge listed; reverted by gpuprep revert)",
                         "NCCL troubleshooting: PCI Access Control Services (ACS)")]
     return [Finding("topo.pcie-acs", "pass", host(snap),
-                    f"No ACS redirect on the {len(switch_ports)} PCIe switch port(s) above the GPUs",
+                    f"No ACS redirect on the {len(switch_ports)} PCIe switch port(s) above the GPUs/NICs",
                     {"bridges": sorted(switch_ports)})]

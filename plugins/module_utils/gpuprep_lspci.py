@@ -1,5 +1,7 @@
 """`lspci -vvv` read for PCIe Access Control Services (ACS): which bridges sit above which devices, and which
-of them redirect peer-to-peer traffic up to the root complex. Shared by `gpuprep check` (topo.pcie-acs).
+of them redirect peer-to-peer traffic up to the root complex, and the ACS Control register `setpci` reads and
+writes. Shared by `gpuprep check` (topo.pcie-acs), the system_tuning role's ACS concern (gpuprep_pcie_acs) and
+the revert record (gpuprep_record, gpuprep_restore).
 
 NCCL's troubleshooting guide: ACS on PCI switches redirects GPU peer-to-peer and GPUDirect RDMA traffic through
 the CPU's root complex (slow, or a hang). `ACSCtl:` lists the control bits; ReqRedir and CmpltRedir are the ones
@@ -13,6 +15,14 @@ PORT = re.compile(r"Express \(v\d\) ([A-Za-z -]+?)(?: \(|, MSI|$)")
 ACS_CTL = re.compile(r"ACSCtl:\s+(.*)$")
 GPU_CLASSES = ("VGA compatible controller", "3D controller", "Display controller")
 REDIRECT_BITS = ("ReqRedir", "CmpltRedir")
+# PCIe Base Specification, ACS Control Register (offset 06h of the ACS extended capability): bits 0..6, which
+# lspci's ACSCtl line prints in this order
+ACS_CTL_BITS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans")
+ACS_CTL_REGISTER = "ECAP_ACS+0x6.w"
+# lspci leaves the port type out (None) for a bridge without an Express capability; root ports are not switches
+SWITCH_PORT_TYPES = (None, "Downstream Port", "Upstream Port")
+BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+WORD = re.compile(r"^[0-9a-fA-F]{1,4}$")
 
 
 def _flags(text):
@@ -62,3 +72,47 @@ def redirecting(device):
 
 def is_gpu(device):
     return device["class"] in GPU_CLASSES and "NVIDIA" in device["name"]
+
+
+def is_rdma_nic(device):
+    """A NIC that GPUDirect RDMA uses: InfiniBand, or a Mellanox/NVIDIA ConnectX or BlueField in Ethernet mode."""
+    return device["class"] == "Infiniband controller" or (
+        device["class"] == "Ethernet controller" and any(w in device["name"] for w in ("Mellanox", "ConnectX", "BlueField")))
+
+
+def switch_ports_above(devices):
+    """{bdf: bridge} for the PCIe switch ports above the NVIDIA GPUs and RDMA NICs, each with `below`: the GPUs
+    and NICs under it. Their ACS redirect sends GPU peer-to-peer and GPUDirect RDMA traffic through the root
+    complex; root ports are left out, since traffic between root ports crosses the root complex anyway."""
+    ports = {}
+    for end in (d for d in devices if is_gpu(d) or is_rdma_nic(d)):
+        for bridge in bridges_above(devices, end["bdf"]):
+            if bridge["port"] in SWITCH_PORT_TYPES:
+                ports.setdefault(bridge["bdf"], dict(bridge, below=[]))["below"].append(end["bdf"])
+    return ports
+
+
+def acs_ctl_word(flags):
+    """The ACS Control register's value from lspci's ACSCtl flags."""
+    return sum(1 << bit for bit, name in enumerate(ACS_CTL_BITS) if flags.get(name))
+
+
+def acs_ctl_flags(word):
+    """lspci's ACSCtl flags from the register's value."""
+    return {name: bool(word >> bit & 1) for bit, name in enumerate(ACS_CTL_BITS)}
+
+
+def acs_ctl_argv(setpci, bdf, word=None):
+    """setpci's argument list that reads (word None) or writes the ACS Control register of the port at bdf.
+    The BDF is checked first: it also becomes a line of a systemd unit."""
+    if not BDF.match(bdf):
+        raise ValueError("not a PCI address (DDDD:BB:DD.F): %r" % (bdf,))
+    return [setpci, "-s", bdf, ACS_CTL_REGISTER if word is None else "%s=%04x" % (ACS_CTL_REGISTER, word)]
+
+
+def parse_setpci_word(text):
+    """The register value setpci printed for a read (hex digits on one line); ValueError for anything else."""
+    stripped = (text or "").strip()
+    if not WORD.match(stripped):
+        raise ValueError("setpci printed %r, not a 16-bit register value" % (stripped[:80],))
+    return int(stripped, 16)

@@ -11,7 +11,7 @@ import shutil
 import tempfile
 
 FORMAT = 1
-SECTIONS = ("files", "units", "values", "gpus")
+SECTIONS = ("files", "units", "values", "gpus", "pci")
 MANIFEST = "manifest.json"
 
 

@@ -13,7 +13,8 @@ short_description: Remember the state of files, units, sysfs values and GPU sett
 version_added: 0.1.0
 description:
   - Records files (content and mode), unit enablement and activity, sysfs values and each GPU's power limit and clocks
-    (by UUID) under O(state_dir)/O(role)/, so M(gpuprep.node.gpuprep_restore) can put them back.
+    (by UUID) and PCIe switch ports' ACS Control registers (by PCI address) under O(state_dir)/O(role)/, so
+    M(gpuprep.node.gpuprep_restore) can put them back.
   - Only the first record of a thing is kept, so re-running never overwrites an original with an already-changed state.
   - A damaged record stops the role before anything changes, instead of being rebuilt from the changed host.
 author: gpuprep contributors (@gpuprep)
@@ -58,6 +59,18 @@ options:
     type: list
     elements: dict
     default: []
+  acs_ports:
+    description:
+      - PCI addresses of switch ports (from M(gpuprep.node.gpuprep_pcie_acs)) whose ACS Control register gpuprep will
+        clear; the register is read here with C(setpci) and kept by address.
+      - A register that cannot be read fails the task before anything is changed.
+    type: list
+    elements: str
+    default: []
+  setpci:
+    description: The setpci command that reads O(acs_ports).
+    type: str
+    default: setpci
 """
 
 EXAMPLES = r"""
@@ -69,7 +82,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 recorded:
-  description: The paths, units and GPU UUIDs this call added to the record (things recorded before are kept as they were).
+  description: The paths, units, GPU UUIDs and PCI addresses this call added to the record (things recorded before are kept as they were).
   type: list
   elements: str
   returned: success
@@ -79,6 +92,7 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_lspci import acs_ctl_argv, parse_setpci_word
 from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_revert_record import (
     DamagedRecord, copy_atomic, damaged_message, load, save,
 )
@@ -110,6 +124,24 @@ def record_gpus(recorded, gpus, plan):
     return added
 
 
+def record_acs(recorded, ports, setpci):
+    """Each port's ACS Control register before gpuprep first clears it, as four hex digits by PCI address.
+    RuntimeError (nothing recorded, nothing changed yet) when setpci cannot read one."""
+    words = {}
+    for bdf in ports:
+        if bdf in recorded:
+            continue
+        done = subprocess.run(acs_ctl_argv(setpci, bdf), capture_output=True, text=True, timeout=60, check=False)
+        try:
+            if done.returncode != 0:
+                raise ValueError((done.stderr or done.stdout).strip() or "exit %d" % done.returncode)
+            words[bdf] = "%04x" % parse_setpci_word(done.stdout)
+        except ValueError as exc:
+            raise RuntimeError("cannot read the ACS Control register of %s: %s" % (bdf, exc))
+    recorded.update(words)
+    return sorted(words)
+
+
 def main():
     module = AnsibleModule(argument_spec={
         "role": {"type": "str", "required": True},
@@ -119,6 +151,8 @@ def main():
         "values": {"type": "list", "elements": "path", "default": []},
         "gpus": {"type": "list", "elements": "dict", "default": []},
         "gpu_plan": {"type": "list", "elements": "dict", "default": []},
+        "acs_ports": {"type": "list", "elements": "str", "default": []},
+        "setpci": {"type": "str", "default": "setpci"},
     }, supports_check_mode=True)
     role_dir = os.path.join(module.params["state_dir"], module.params["role"])
     try:
@@ -153,6 +187,10 @@ def main():
             added.append(path)
     if keeps_gpus:
         added += record_gpus(manifest["gpus"], module.params["gpus"], module.params["gpu_plan"])
+    try:
+        added += record_acs(manifest["pci"], module.params["acs_ports"], module.params["setpci"])
+    except (RuntimeError, ValueError, OSError, subprocess.SubprocessError) as exc:
+        module.fail_json(msg=str(exc))
     if added and not module.check_mode:
         save(role_dir, manifest)
     module.exit_json(changed=bool(added), recorded=added)

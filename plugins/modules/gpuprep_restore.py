@@ -35,6 +35,10 @@ options:
     description: Path or name of the nvidia-smi that restores GPU settings.
     type: str
     default: nvidia-smi
+  setpci:
+    description: Path or name of the setpci that restores PCIe switch ports' ACS Control registers.
+    type: str
+    default: setpci
 """
 
 EXAMPLES = r"""
@@ -57,6 +61,9 @@ import shutil
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_lspci import (
+    ACS_CTL_REGISTER, acs_ctl_argv, parse_setpci_word,
+)
 from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_revert_record import (
     DamagedRecord, damaged_message, load, write_atomic,
 )
@@ -91,10 +98,38 @@ def restore_gpus(recorded, nvidia_smi, check_mode):
     return actions, refused
 
 
+def restore_acs(recorded, setpci, check_mode):
+    """Each recorded switch port's ACS Control register back to its recorded word, where it differs now.
+    Returns (actions, refusals)."""
+    actions, refused = [], []
+
+    def setpci_run(bdf, word=None):
+        try:
+            done = subprocess.run(acs_ctl_argv(setpci, bdf, word), capture_output=True, text=True, timeout=60,
+                                  check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ValueError(str(exc))
+        if done.returncode != 0:
+            raise ValueError((done.stderr or done.stdout).strip() or "exit %d" % done.returncode)
+        return done.stdout
+
+    for bdf, word in sorted(recorded.items()):
+        try:
+            if parse_setpci_word(setpci_run(bdf)) == int(word, 16):
+                continue
+            actions.append("PCI %s: setpci %s=%s" % (bdf, ACS_CTL_REGISTER, word))
+            if not check_mode:
+                setpci_run(bdf, int(word, 16))
+        except ValueError as exc:
+            refused.append("PCI %s: cannot restore its ACS Control register (%s): %s" % (bdf, word, exc))
+    return actions, refused
+
+
 def main():
     module = AnsibleModule(argument_spec={"role": {"type": "str", "required": True},
                                           "state_dir": {"type": "path", "default": "/var/lib/gpuprep"},
-                                          "nvidia_smi": {"type": "str", "default": "nvidia-smi"}},
+                                          "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+                                          "setpci": {"type": "str", "default": "setpci"}},
                            supports_check_mode=True)
     role_dir = os.path.join(module.params["state_dir"], module.params["role"])
     try:
@@ -162,6 +197,9 @@ def main():
                         fh.write(wanted)
                 except OSError as exc:
                     module.fail_json(msg=f"cannot restore {path}: {exc}", actions=actions)
+    acs_actions, acs_refused = restore_acs(manifest.get("pci", {}), module.params["setpci"], module.check_mode)
+    actions += acs_actions
+    refused += acs_refused
     if refused:
         # the record stays, so a revert after the GPU is back restores what is left
         module.fail_json(msg="; ".join(refused), actions=actions, changed=bool(actions))
