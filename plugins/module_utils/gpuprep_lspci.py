@@ -8,6 +8,7 @@ the CPU's root complex (slow, or a hang). `ACSCtl:` lists the control bits; ReqR
 that redirect (SrcValid alone only validates requesters). Without root, lspci prints `<access denied>` instead of
 the capabilities, and ACS is unknown. Standard library only."""
 import re
+import subprocess
 
 HEADER = re.compile(r"^((?:[0-9a-fA-F]{4,}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) ([^:]+): (.*)$")
 BUS = re.compile(r"Bus: primary=([0-9a-fA-F]+), secondary=([0-9a-fA-F]+), subordinate=([0-9a-fA-F]+)")
@@ -116,3 +117,20 @@ def parse_setpci_word(text):
     if not WORD.match(stripped):
         raise ValueError("setpci printed %r, not a 16-bit register value" % (stripped[:80],))
     return int(stripped, 16)
+
+
+def setpci_acs_ctl(setpci, bdf, word=None, timeout=60):
+    """Read (word None: the register's value) or write the ACS Control register of the port at bdf with setpci.
+    ValueError naming what setpci said when it fails, or when it selected no device (pciutils warns and exits 0)."""
+    argv = acs_ctl_argv(setpci, bdf, word)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ValueError("%s: %s" % (" ".join(argv), exc))
+    said = (done.stderr or "").strip().splitlines()
+    try:
+        if done.returncode != 0 or any("No devices selected" in line for line in said):
+            raise ValueError("exit %d" % done.returncode)
+        return parse_setpci_word(done.stdout) if word is None else word
+    except ValueError as exc:
+        raise ValueError("%s failed: %s" % (" ".join(argv), said[-1] if said else exc))

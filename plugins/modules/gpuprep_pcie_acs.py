@@ -71,7 +71,7 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_lspci import (
-    acs_ctl_argv, acs_ctl_flags, parse_lspci_vvv, parse_setpci_word, redirecting, switch_ports_above,
+    acs_ctl_argv, acs_ctl_flags, parse_lspci_vvv, redirecting, setpci_acs_ctl, switch_ports_above,
 )
 
 TIMEOUT = 60
@@ -110,7 +110,7 @@ def main():
     try:
         found = []
         for port in acs_ports(run([tools["lspci"], "-D", "-vvv"])):
-            word = parse_setpci_word(run(acs_ctl_argv(tools["setpci"], port["bdf"])))
+            word = setpci_acs_ctl(tools["setpci"], port["bdf"])
             found.append({"bdf": port["bdf"], "name": port["name"], "word": "%04x" % word,
                           "redirect": redirecting({"acs_ctl": acs_ctl_flags(word)}), "below": port["below"],
                           "clear_argv": acs_ctl_argv(tools["setpci"], port["bdf"], 0)})

@@ -92,7 +92,7 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_lspci import acs_ctl_argv, parse_setpci_word
+from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_lspci import setpci_acs_ctl
 from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_revert_record import (
     DamagedRecord, copy_atomic, damaged_message, load, save,
 )
@@ -129,15 +129,11 @@ def record_acs(recorded, ports, setpci):
     RuntimeError (nothing recorded, nothing changed yet) when setpci cannot read one."""
     words = {}
     for bdf in ports:
-        if bdf in recorded:
-            continue
-        done = subprocess.run(acs_ctl_argv(setpci, bdf), capture_output=True, text=True, timeout=60, check=False)
-        try:
-            if done.returncode != 0:
-                raise ValueError((done.stderr or done.stdout).strip() or "exit %d" % done.returncode)
-            words[bdf] = "%04x" % parse_setpci_word(done.stdout)
-        except ValueError as exc:
-            raise RuntimeError("cannot read the ACS Control register of %s: %s" % (bdf, exc))
+        if bdf not in recorded:
+            try:
+                words[bdf] = "%04x" % setpci_acs_ctl(setpci, bdf)
+            except ValueError as exc:
+                raise RuntimeError("cannot read the ACS Control register of %s before changing it: %s" % (bdf, exc))
     recorded.update(words)
     return sorted(words)
 
@@ -189,7 +185,7 @@ def main():
         added += record_gpus(manifest["gpus"], module.params["gpus"], module.params["gpu_plan"])
     try:
         added += record_acs(manifest["pci"], module.params["acs_ports"], module.params["setpci"])
-    except (RuntimeError, ValueError, OSError, subprocess.SubprocessError) as exc:
+    except RuntimeError as exc:
         module.fail_json(msg=str(exc))
     if added and not module.check_mode:
         save(role_dir, manifest)

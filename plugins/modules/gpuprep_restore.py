@@ -62,7 +62,7 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_lspci import (
-    ACS_CTL_REGISTER, acs_ctl_argv, parse_setpci_word,
+    ACS_CTL_REGISTER, setpci_acs_ctl,
 )
 from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_revert_record import (
     DamagedRecord, damaged_message, load, write_atomic,
@@ -102,24 +102,13 @@ def restore_acs(recorded, setpci, check_mode):
     """Each recorded switch port's ACS Control register back to its recorded word, where it differs now.
     Returns (actions, refusals)."""
     actions, refused = [], []
-
-    def setpci_run(bdf, word=None):
-        try:
-            done = subprocess.run(acs_ctl_argv(setpci, bdf, word), capture_output=True, text=True, timeout=60,
-                                  check=False)
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise ValueError(str(exc))
-        if done.returncode != 0:
-            raise ValueError((done.stderr or done.stdout).strip() or "exit %d" % done.returncode)
-        return done.stdout
-
     for bdf, word in sorted(recorded.items()):
         try:
-            if parse_setpci_word(setpci_run(bdf)) == int(word, 16):
+            if setpci_acs_ctl(setpci, bdf) == int(word, 16):
                 continue
             actions.append("PCI %s: setpci %s=%s" % (bdf, ACS_CTL_REGISTER, word))
             if not check_mode:
-                setpci_run(bdf, int(word, 16))
+                setpci_acs_ctl(setpci, bdf, int(word, 16))
         except ValueError as exc:
             refused.append("PCI %s: cannot restore its ACS Control register (%s): %s" % (bdf, word, exc))
     return actions, refused
