@@ -50,10 +50,10 @@ ports:
   returned: success
   contains:
     bdf: {description: "The port's PCI address (domain:bus:device.function).", type: str}
-    name: {description: lspci's name of the bridge., type: str}
+    name: {description: "lspci's name of the bridge.", type: str}
     word: {description: "The ACS Control register now, four hex digits.", type: str}
-    redirect: {description: The redirect bits set now (ReqRedir, CmpltRedir)., type: list, elements: str}
-    below: {description: The GPUs and RDMA NICs under the port., type: list, elements: str}
+    redirect: {description: "The redirect bits set now (ReqRedir, CmpltRedir).", type: list, elements: str}
+    below: {description: "The GPUs and RDMA NICs under the port.", type: list, elements: str}
     clear_argv: {description: "The argument list that clears the port's ACS Control register.", type: list, elements: str}
 acs_on:
   description: The ports whose ACS Control register is not zero now.
