@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from conftest import REPO, run_cli
+from gpuprep.resources import collections_path
 from nodes import docker, docker_ready, node_exec, remove_nodes, start_nodes, write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow,
@@ -98,3 +99,22 @@ def test_acs_is_cleared_at_every_boot_and_reverted(inventory, tmp_path):
     assert registers() == ["001d", "001d"] and acs_verdict(tmp_path) == "warn"
     assert node_exec(NODE, "test", "-e", UNIT).returncode == 1
     assert unit_state()[0] != "enabled"
+
+
+def test_a_virtual_machine_is_left_alone(inventory, tmp_path):
+    """The role run by plain ansible-playbook with the facts a KVM guest reports: ACS is the hypervisor's there."""
+    playbook = tmp_path / "vm.yml"
+    playbook.write_text(
+        "- hosts: all\n  gather_facts: true\n  gather_subset: [min, virtual]\n  tasks:\n"
+        "    - ansible.builtin.set_fact: {virtualization_role: guest, virtualization_type: kvm, cacheable: true}\n"
+        "    - ansible.builtin.include_role: {name: gpuprep.node.system_tuning}\n"
+        "      vars: {system_tuning_acs_enabled: true, system_tuning_governor_enabled: false,\n"
+        "             system_tuning_sysctl_enabled: false, system_tuning_memlock_enabled: false,\n"
+        "             system_tuning_nouveau_enabled: false, system_tuning_thp_enabled: false}\n")
+    bindir = os.path.dirname(sys.executable)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(collections_path()), ANSIBLE_NOCOLOR="1")
+    done = subprocess.run([os.path.join(bindir, "ansible-playbook"), "-i", str(inventory), str(playbook)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "is a virtual machine (kvm): PCIe ACS is the hypervisor's, left alone" in done.stdout
+    assert registers() == ["001d", "001d"] and node_exec(NODE, "test", "-e", UNIT).returncode == 1
