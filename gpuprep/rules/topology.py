@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..importers.topo import gpu_pairs, nic_device_name
 from .. import knowledge as kb
-from ..module_utils.gpuprep_lspci import is_gpu, redirecting, switch_ports_above
+from ..module_utils.gpuprep_lspci import acs_unreadable, is_gpu, redirecting, switch_ports_above
 from . import Finding, all_gpus, gpu_subject, host, rule
 
 _NEAR = ("PIX", "PXB")
@@ -121,7 +121,8 @@ def rdma_nics(snap, ctx):
 
 def _as_dict(device):
     return {"bdf": device.bdf, "class": device.kind, "name": device.name, "port": device.port,
-            "secondary": device.secondary, "subordinate": device.subordinate, "acs_ctl": device.acs_ctl}
+            "secondary": device.secondary, "subordinate": device.subordinate, "acs_ctl": device.acs_ctl,
+            "denied": device.denied}
 
 
 @rule
@@ -134,7 +135,7 @@ def pcie_acs(snap, ctx):
     switch_ports = switch_ports_above(devices)
     if not any(is_gpu(d) for d in devices) or not switch_ports:
         return []
-    if any(d.denied for d in snap.pci) and all(b["acs_ctl"] is None for b in switch_ports.values()):
+    if acs_unreadable(devices, switch_ports):
         return [Finding("topo.pcie-acs", "info", host(snap), "ACS on the PCIe switches above the GPUs is unknown",
                         {"bridges": sorted(switch_ports)}, "Run gpuprep check as root (lspci reads capabilities then)")]
     on = {bdf: redirecting(b) for bdf, b in sorted(switch_ports.items()) if redirecting(b)}

@@ -93,6 +93,11 @@ def switch_ports_above(devices):
     return ports
 
 
+def acs_unreadable(devices, ports):
+    """lspci could not read the capabilities (not root), so the ports' ACS is unknown."""
+    return any(d["denied"] for d in devices) and all(p["acs_ctl"] is None for p in ports.values())
+
+
 def acs_ctl_word(flags):
     """The ACS Control register's value from lspci's ACSCtl flags."""
     return sum(1 << bit for bit, name in enumerate(ACS_CTL_BITS) if flags.get(name))
@@ -128,9 +133,6 @@ def setpci_acs_ctl(setpci, bdf, word=None, timeout=60):
     except (OSError, subprocess.SubprocessError) as exc:
         raise ValueError("%s: %s" % (" ".join(argv), exc))
     said = (done.stderr or "").strip().splitlines()
-    try:
-        if done.returncode != 0 or any("No devices selected" in line for line in said):
-            raise ValueError("exit %d" % done.returncode)
-        return parse_setpci_word(done.stdout) if word is None else word
-    except ValueError as exc:
-        raise ValueError("%s failed: %s" % (" ".join(argv), said[-1] if said else exc))
+    if done.returncode != 0 or any("No devices selected" in line for line in said):
+        raise ValueError("%s failed: %s" % (" ".join(argv), said[-1] if said else "exit %d" % done.returncode))
+    return parse_setpci_word(done.stdout) if word is None else word

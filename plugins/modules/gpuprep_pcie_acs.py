@@ -71,7 +71,7 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_lspci import (
-    acs_ctl_argv, acs_ctl_flags, parse_lspci_vvv, redirecting, setpci_acs_ctl, switch_ports_above,
+    acs_ctl_argv, acs_ctl_flags, acs_unreadable, parse_lspci_vvv, redirecting, setpci_acs_ctl, switch_ports_above,
 )
 
 TIMEOUT = 60
@@ -94,7 +94,7 @@ def acs_ports(lspci_text):
     read capabilities."""
     devices = parse_lspci_vvv(lspci_text)
     ports = switch_ports_above(devices)
-    if any(d["denied"] for d in devices) and all(p["acs_ctl"] is None for p in ports.values()):
+    if acs_unreadable(devices, ports):
         raise ValueError("lspci could not read PCI capabilities (<access denied>): run as root (become)")
     return [ports[bdf] for bdf in sorted(ports) if ports[bdf]["acs_ctl"] is not None]
 
