@@ -120,8 +120,14 @@ def test_apply_and_revert_a_container_from_the_user_install(user_venv, tmp_path)
     start_nodes([NAME])
     try:
         node_exec(NAME, "systemctl", "is-system-running", "--wait")
-        inventory = write_inventory(tmp_path / "inventory.yml", [NAME])
+        # the PCIe ACS concern too: fake lspci/setpci answer from a capture with ACS on above a GPU and a ConnectX
+        inventory = write_inventory(tmp_path / "inventory.yml", [NAME], group_vars={
+            "system_tuning_acs_enabled": True, "fake_pci_capture": "pex8747-titanx-cx6-acs-redirect.lspci-vvv.txt"})
         prepare(inventory)                          # the fake GPU tools: the test's own harness
+
+        def acs_registers():
+            return [node_exec(NAME, "setpci", "-s", bdf, "ECAP_ACS+0x6.w").stdout.strip()
+                    for bdf in ("0000:03:08.0", "0000:03:10.0")]
         assert node_exec(NAME, "test", "-e", "/etc/gpuprep/env").returncode != 0
         applied = run(user_venv, env, "apply", "-i", str(inventory), "--json")
         assert "Traceback" not in applied.stderr, applied.stderr
@@ -130,6 +136,7 @@ def test_apply_and_revert_a_container_from_the_user_install(user_venv, tmp_path)
         assert doc["hosts"][NAME]["changed"] > 0
         assert 'NCCL_SOCKET_IFNAME="=eth0"' in node_exec(NAME, "cat", "/etc/gpuprep/env").stdout
         assert node_exec(NAME, "systemctl", "is-active", "nvidia-persistenced").stdout.strip() == "active"
+        assert acs_registers() == ["0000", "0000"]
 
         fleet = run(user_venv, env, "check", "-i", str(inventory), "--format", "prometheus")
         assert f'gpuprep_host_checked{{host="{NAME}"}} 1.0' in fleet.stdout, fleet.stderr[-2000:]
@@ -138,5 +145,6 @@ def test_apply_and_revert_a_container_from_the_user_install(user_venv, tmp_path)
         assert reverted.returncode == 0 and json.loads(reverted.stdout)["ok"], reverted.stdout[-3000:]
         assert node_exec(NAME, "test", "-e", "/etc/gpuprep/env").returncode != 0
         assert node_exec(NAME, "test", "-e", "/etc/systemd/system/gpuprep-clocks.service").returncode != 0
+        assert acs_registers() == ["001d", "001d"]
     finally:
         remove_nodes([NAME])
