@@ -108,6 +108,7 @@ class Gpu:
     # NVLink fabric registration (NVSwitch systems): state Completed/In Progress/Not Started, status Success/...
     fabric_state: Optional[str] = None
     fabric_status: Optional[str] = None
+    fabric_bandwidth: Optional[str] = None   # the fabric's health: Full, or Degraded (an NVLink to the switches down)
     numa_node: Optional[int] = None
     cpu_affinity: Optional[str] = None
     # the GPU failing to answer: why it could not be queried at all ("GPU is lost", "Unknown Error" for its

@@ -11,7 +11,7 @@ from gpuprep.resources import collections_path
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGE = os.environ.get("GPUPREP_BASE_IMAGE", "gpuprep-debian12:v2")
-CORPUS = Path(os.environ.get("GPUPREP_CORPUS", REPO.parent / "shared" / "corpus"))
+CORPUS = REPO / "tests" / "corpus"
 
 
 def docker(*args: str, check: bool = True, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -56,7 +56,7 @@ def write_inventory(path: Path, names: List[str], host_vars: Optional[Dict[str, 
 def prepare(inventory: Path, forks: int = 10) -> None:
     """Install the fake GPU tools and stand-ins (the Molecule scenarios' prepare playbook)."""
     bindir = os.path.dirname(sys.executable)
-    env = dict(os.environ, MOLECULE_PROJECT_DIRECTORY=str(REPO), GPUPREP_CORPUS=str(CORPUS),
+    env = dict(os.environ, MOLECULE_PROJECT_DIRECTORY=str(REPO),
                ANSIBLE_COLLECTIONS_PATH=str(collections_path()), ANSIBLE_NOCOLOR="1", ANSIBLE_PIPELINING="True",
                PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
     done = subprocess.run([os.path.join(bindir, "ansible-playbook"), "-i", str(inventory), "-f", str(forks),

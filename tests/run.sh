@@ -20,16 +20,7 @@ fi
 
 if [ "${GPUPREP_SKIP_DOCKER:-0}" != "1" ]; then
   bash .ci/docker-setup.sh
-fi
-
-# The capture corpus sits beside the checkout (../shared/corpus). A clone made elsewhere from a local
-# checkout (CI clones into a scratch directory) finds it beside the repository it was cloned from.
-if [ -z "${GPUPREP_CORPUS:-}" ] && [ ! -d ../shared/corpus ]; then
-  origin="$(git config --get remote.origin.url 2>/dev/null || true)"
-  if [ -n "$origin" ] && [ -d "$origin/../shared/corpus" ]; then
-    GPUPREP_CORPUS="$(cd "$origin/../shared/corpus" && pwd)"
-    export GPUPREP_CORPUS
-  fi
+  export GPUPREP_REQUIRE_DOCKER=1   # container tests must run here, not skip
 fi
 
 exec "$VENV/bin/python" -m pytest -q "$@"

@@ -1,15 +1,20 @@
-"""The live NVML probe, end to end against a fake NVML built from real captures:
-capture -> snapshot -> fake NVML -> probe -> the same GPU facts."""
+"""The live NVML probe and the burn-in's NVML sampler through the real nvidia-ml-py, loading a C stand-in of
+libnvidia-ml.so.1 compiled against NVIDIA's nvml.h (tests/nvml_stub): capture -> snapshot -> the values each
+NVML function returns -> probe -> the same GPU facts. The stand-in is as strict as the real library about
+pointers, struct versions and functions an older driver lacks, so mistakes at the C boundary fail here."""
 import dataclasses
+import json
+import sys
 
 import pytest
 
-from conftest import corpus
-from fake_nvml import FakeLostHandles, fake_for
+import nvml_stub
+from conftest import REPO, corpus
 from gpuprep.importers import import_files, import_text
-from gpuprep.probe import collect
-from gpuprep.probe.nvml import probe
-from gpuprep.snapshot import Snapshot
+from gpuprep.rules import evaluate
+from gpuprep.snapshot import Gpu, Snapshot
+
+pytestmark = pytest.mark.skipif(not nvml_stub.compiler_available(), reason="needs a C compiler for the NVML stand-in")
 
 MACHINES = {
     "8x H100 SXM (NVSwitch)": ["h100-sxm-x8.nvidia-smi-q.txt"],
@@ -21,88 +26,235 @@ MACHINES = {
     "8x A100 with NVLink state": ["a100-sxm4-80gb-x8.nvlink-status.txt"],
     "T4 (old XML)": ["t4-aws.nvidia-smi-q.xml"],
 }
+H100 = "h100-sxm-x8.nvidia-smi-q.txt"
+# nvidia-smi -L of the same A100-SXM4-80GB (GPU-513536b6-...) as the MIG XML capture: its MIG instances' UUIDs
+MIG_LIST = REPO / "tests" / "data" / "container" / "a100-sxm4-80gb-x4-mig.nvidia-smi-L.txt"
 
 
-def _comparable(gpu):
-    data = dataclasses.asdict(gpu)
+def _comparable(gpu: dict) -> dict:
+    data = dict(gpu)
     data.pop("pcie_gen_host_max")   # nvidia-smi derives the host side; NVML has no query for it
     for link in data.get("nvlinks") or []:
         link.pop("speed_gbps")      # NVML has no plain per-link speed query; nvlink --status prints one
     return data
 
 
+def _configure(tmp_path, snap, **kwargs):
+    path = tmp_path / "nvml.conf"
+    path.write_text(nvml_stub.config_for(snap, **kwargs))
+    return path
+
+
+def _gpus(facts: dict):
+    return [Gpu(**{**g, "nvlinks": None, "supported_clocks": None}) for g in facts["gpus"]]
+
+
 @pytest.mark.parametrize("machine", MACHINES)
-def test_round_trip(machine):
+def test_round_trip(machine, tmp_path):
     captured = import_files([corpus(f) for f in MACHINES[machine]])
-    facts = probe(fake_for(captured))
-    assert facts.status.available is True
-    assert facts.driver_version == captured.software.driver_version
-    assert facts.cuda_driver_version == captured.software.cuda_driver_version
-    assert len(facts.gpus) == len(captured.gpus)
-    for probed, original in zip(facts.gpus, captured.gpus):
-        assert _comparable(probed) == _comparable(original)
+    migs = nvml_stub.mig_uuids_of(MIG_LIST) if "MIG" in machine else None
+    facts = nvml_stub.probe_json(_configure(tmp_path, captured, mig_uuids=migs))
+    assert facts["status"]["available"] is True
+    assert facts["driver"] == captured.software.driver_version
+    assert facts["cuda"] == captured.software.cuda_driver_version
+    assert len(facts["gpus"]) == len(captured.gpus)
+    for probed, original in zip(facts["gpus"], captured.gpus):
+        assert _comparable(probed) == _comparable(dataclasses.asdict(original))
 
 
-@pytest.mark.parametrize("reason", ["driver-not-loaded", "library-not-found", "version-mismatch", "no-permission"])
-def test_init_failures_are_recorded_not_raised(reason):
-    snap = Snapshot()
-    snap.nvml.available, snap.nvml.reason = False, reason
-    facts = probe(fake_for(snap))
-    assert facts.status.available is False and facts.status.reason == reason
-    assert facts.gpus == []
+@pytest.mark.parametrize("reason, code", [("driver-not-loaded", "DRIVER_NOT_LOADED"), ("library-not-found", "LIBRARY_NOT_FOUND"),
+                                          ("version-mismatch", "LIB_RM_VERSION_MISMATCH"), ("no-permission", "NO_PERMISSION")])
+def test_init_failures_are_recorded_not_raised(reason, code, tmp_path):
+    facts = nvml_stub.probe_json(_configure(tmp_path, Snapshot(), init=code))
+    assert facts["status"]["available"] is False and facts["status"]["reason"] == reason
+    assert facts["gpus"] == []
 
 
-def test_init_failure_from_a_real_nvidia_smi_error():
+def test_init_failure_from_a_real_nvidia_smi_error(tmp_path):
     snap = import_text("Failed to initialize NVML: Driver/library version mismatch\n", "smi.txt")
-    facts = probe(fake_for(snap))
-    assert facts.status.reason == "version-mismatch"
-    assert "mismatch" in facts.status.message.lower()
+    assert snap.nvml.reason == "version-mismatch"
+    facts = nvml_stub.probe_json(_configure(tmp_path, snap, init="LIB_RM_VERSION_MISMATCH"))
+    assert facts["status"]["reason"] == "version-mismatch"
+    assert "mismatch" in facts["status"]["message"].lower()
 
 
-def test_a_lost_gpu_leaves_its_fields_unknown_and_the_others_intact():
-    captured = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
-    facts = probe(fake_for(captured, lost=(3,)))
-    assert len(facts.gpus) == 8
-    assert facts.gpus[3].name is None and facts.gpus[3].persistence_mode is None
-    assert facts.gpus[4].uuid == captured.gpus[4].uuid
-
-
-def test_a_gpu_nvml_cannot_open_is_named_and_fails_the_check():
-    from gpuprep.rules import evaluate
-    captured = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
-    lost = FakeLostHandles(captured, lost_handles=(5,))
-    facts = probe(lost)
-    assert len(facts.gpus) == 8 and facts.gpus[5].failure == "NVML cannot open it: GPU is lost"
-    snap = Snapshot(gpus=facts.gpus)
-    (finding,) = [f for f in evaluate(snap) if f.id == "gpu.unreachable"]
+def test_a_gpu_nvml_cannot_open_is_named_and_fails_the_check(tmp_path):
+    captured = import_files([corpus(H100)])
+    facts = nvml_stub.probe_json(_configure(tmp_path, captured, errors=[(5, "nvmlDeviceGetHandleByIndex_v2", "GPU_IS_LOST", 1)]))
+    gpus = _gpus(facts)
+    assert len(gpus) == 8 and gpus[5].failure == "NVML cannot open it: GPU is lost"
+    (finding,) = [f for f in evaluate(Snapshot(gpus=gpus)) if f.id == "gpu.unreachable"]
     assert finding.severity == "fail" and finding.subject == "GPU5" and "reboot" in finding.remedy
 
 
-def test_fabric_registration_is_read_as_nvidia_smi_words_it():
-    captured = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
-    assert captured.gpus[0].fabric_state == "Completed" and captured.gpus[0].fabric_status == "Success"
+@pytest.mark.parametrize("code, words, action", [("GPU_IS_LOST", "GPU is lost", "reboot"),
+                                                 ("RESET_REQUIRED", "GPU requires restart", "nvidia-smi -r"),
+                                                 ("UNKNOWN", "Unknown Error", "kernel log")])
+def test_a_gpu_that_opens_and_then_fails_is_a_fail_naming_it(code, words, action, tmp_path):
+    """After the GPU opened, NVML answers every query with the error (what the driver says once it fell off
+    the bus): the GPU must fail, not pass with every field unknown."""
+    captured = import_files([corpus(H100)])
+    facts = nvml_stub.probe_json(_configure(tmp_path, captured, errors=[
+        (2, fn, code, 1) for fn in ("nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetPowerUsage",
+                                    "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetTemperature")]))
+    gpus = _gpus(facts)
+    assert gpus[2].failure.startswith(f"NVML answered '{words}' to nvmlDeviceGet")
+    assert gpus[3].failure is None and gpus[3].uuid == captured.gpus[3].uuid
+    failed = [f for f in evaluate(Snapshot(gpus=gpus)) if f.severity == "fail"]
+    assert [(f.id, f.subject.split()[0]) for f in failed] == [("gpu.unreachable", "GPU2")]
+    assert action in failed[0].remedy and words in failed[0].title
+
+
+def test_one_sensor_without_permission_stays_unknown_and_does_not_fail(tmp_path):
+    captured = import_files([corpus(H100)])
+    facts = nvml_stub.probe_json(_configure(tmp_path, captured, errors=[(1, "nvmlDeviceGetPowerUsage", "NO_PERMISSION", 1)]))
+    gpu = _gpus(facts)[1]
+    assert gpu.power_draw_w is None and gpu.failure is None and gpu.uuid == captured.gpus[1].uuid
+
+
+def _nvswitch_board():
+    """Two H100 SXM GPUs of a real HGX capture: the first registered with the fabric, the second not yet."""
+    captured = import_files([corpus(H100)])
+    captured.gpus = captured.gpus[:2]
+    captured.gpus[1].fabric_state, captured.gpus[1].fabric_status = "In Progress", None
+    return captured
+
+
+def test_fabric_registration_is_read_by_reference_on_every_driver_branch(tmp_path):
+    board = _nvswitch_board()
+    board.gpus[0].fabric_bandwidth = "Full"
+    config = _configure(tmp_path, board)
+    latest = _gpus(nvml_stub.probe_json(config))                  # R550+: nvmlDeviceGetGpuFabricInfoV, health mask
+    assert [(g.fabric_state, g.fabric_status, g.fabric_bandwidth) for g in latest] == [
+        ("Completed", "Success", "Full"), ("In Progress", None, None)]
+    r535 = _gpus(nvml_stub.probe_json(config, branch=535))       # only the unversioned call
+    assert [(g.fabric_state, g.fabric_status, g.fabric_bandwidth) for g in r535] == [
+        ("Completed", "Success", None), ("In Progress", None, None)]
+    r470 = _gpus(nvml_stub.probe_json(config, branch=470))       # no fabric calls at all: unknown, no crash
+    assert [g.fabric_state for g in r470] == [None, None] and r470[0].uuid == board.gpus[0].uuid
+
+
+def test_fabric_status_and_degraded_bandwidth_fail_the_gpu(tmp_path):
+    captured = import_files([corpus(H100)])
     captured.gpus[2].fabric_status = "Insufficient Resources"      # the status of azhpc-images PR 506's capture
-    gpus = probe(fake_for(captured)).gpus
-    assert (gpus[0].fabric_state, gpus[0].fabric_status) == ("Completed", "Success")
-    assert gpus[2].fabric_status == "Insufficient Resources"
+    captured.gpus[4].fabric_bandwidth = "Degraded"
+    gpus = _gpus(nvml_stub.probe_json(_configure(tmp_path, captured)))
+    assert gpus[2].fabric_status == "Insufficient Resources" and gpus[4].fabric_bandwidth == "Degraded"
+    failed = {f.subject.split()[0]: f.title for f in evaluate(Snapshot(gpus=gpus)) if f.id == "gpu.fabric" and f.severity == "fail"}
+    assert set(failed) == {"GPU2", "GPU4"} and "degraded" in failed["GPU4"]
 
 
-def test_unsupported_fields_are_unknown_not_zero():
+def test_check_and_snapshot_run_on_an_nvswitch_board(tmp_path):
+    """The commands themselves, as a user runs them, on the board that crashed them (struct passed by value)."""
+    config = _configure(tmp_path, _nvswitch_board())
+    snap = nvml_stub.run(config, [sys.executable, "-m", "gpuprep", "snapshot", "--no-docker"])
+    assert snap.returncode == 0, snap.stderr
+    assert [g["fabric_state"] for g in json.loads(snap.stdout)["gpus"]] == ["Completed", "In Progress"]
+    check = nvml_stub.run(config, [sys.executable, "-m", "gpuprep", "check", "--no-docker", "--json"])
+    assert check.returncode == 1, check.stderr
+    fabric = [(f["subject"].split()[0], f["severity"]) for f in json.loads(check.stdout)["findings"] if f["id"] == "gpu.fabric"]
+    assert sorted(fabric) == [("GPU0", "pass"), ("GPU1", "fail")]
+
+
+def test_a_pcie_geforce_board_reports_what_it_lacks_as_unknown(tmp_path):
     captured = import_files([corpus("rtx3090-x2.nvidia-smi-q.txt")])
-    gpu = probe(fake_for(captured)).gpus[0]
+    gpu = _gpus(nvml_stub.probe_json(_configure(tmp_path, captured)))[0]
     assert gpu.ecc_mode_current is None and gpu.ecc_volatile_uncorrected is None
     assert gpu.retired_pages_pending is None and gpu.remapped_rows_pending is None   # both N/A in the capture
+    assert gpu.fabric_state is None and gpu.failure is None
 
 
-def test_probe_without_the_binding_says_so():
-    snap = collect(docker=False, commands=False)
-    assert snap.nvml.available is False
-    assert snap.nvml.reason in ("not-installed", "driver-not-loaded", "library-not-found")
-    assert snap.gpus is None
+def test_an_older_driver_branch_lacks_the_newer_calls(tmp_path):
+    """R470 has neither the clock *event* reasons (R535's name), the NUMA node query nor GSP firmware (R510): the
+    probe falls back to the throttle reasons and leaves the others unknown."""
+    captured = import_files([corpus(H100)])
+    gpus = _gpus(nvml_stub.probe_json(_configure(tmp_path, captured), branch=470))
+    assert gpus[0].clock_event_reasons == captured.gpus[0].clock_event_reasons
+    assert gpus[0].numa_node is None and gpus[0].gsp_firmware is None and gpus[0].uuid == captured.gpus[0].uuid
 
 
-def test_live_probe_with_a_fake_root_and_fake_nvml(tmp_path):
-    root = tmp_path
+STRICT = """
+import ctypes, json, pynvml
+pynvml.nvmlInit()
+h = pynvml.nvmlDeviceGetHandleByIndex(0)
+out = {}
+def code(fn, *args):
+    try:
+        fn(*args)
+        return 0
+    except pynvml.NVMLError as exc:
+        return exc.value
+info = pynvml.c_nvmlGpuFabricInfo_v2_t()
+out["null_info"] = code(pynvml.nvmlDeviceGetGpuFabricInfo, h, None)
+out["null_count"] = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetCount_v2")(None)
+info.version = 1
+out["wrong_version"] = code(pynvml.nvmlDeviceGetGpuFabricInfoV, h, ctypes.byref(info))
+info.version = pynvml.nvmlGpuFabricInfo_v2
+out["right_version"] = code(pynvml.nvmlDeviceGetGpuFabricInfoV, h, ctypes.byref(info))
+out["absent"] = code(pynvml.nvmlDeviceGetPowerSource, h)
+pynvml.nvmlShutdown()
+out["after_shutdown"] = code(pynvml.nvmlDeviceGetName, h)
+print(json.dumps(out))
+"""
+
+
+def test_the_stand_in_is_as_strict_as_the_real_library(tmp_path):
+    import pynvml
+    done = nvml_stub.run(_configure(tmp_path, _nvswitch_board()), [sys.executable, "-c", STRICT])
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "null_info": pynvml.NVML_ERROR_INVALID_ARGUMENT, "null_count": pynvml.NVML_ERROR_INVALID_ARGUMENT,
+        "wrong_version": pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH, "right_version": 0,
+        "absent": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, "after_shutdown": pynvml.NVML_ERROR_UNINITIALIZED}
+
+
+# ---------------------------------------------------------------------------- the burn-in's sampler
+def test_sampler_reads_a_real_capture(tmp_path):
+    snap = import_files([corpus(H100)])
+    (reading,) = nvml_stub.samples(_configure(tmp_path, snap), index=3)
+    assert reading["clock_sm_mhz"] == snap.gpus[3].clock_sm_mhz
+    assert reading["ecc_volatile_uncorrected"] == 0 and reading["clock_event_reasons"] == ["gpu_idle"]
+    assert reading["power_limit_w"] == snap.gpus[3].power_enforced_limit_w and "failure" not in reading
+
+
+def test_sampler_finds_a_gpu_by_cudas_uuid_and_a_mig_instance_by_its_parent(tmp_path):
+    snap = import_files([corpus("a100-sxm4-80gb-mig.nvidia-smi-q.xml")])
+    migs = nvml_stub.mig_uuids_of(MIG_LIST)[0]
+    parent = snap.gpus[0].uuid
+    assert parent == MIG_LIST.read_text().split("UUID: ")[1].split(")")[0]     # the same GPU in both captures
+    config = _configure(tmp_path, snap, mig_uuids={0: migs})
+    (plain,) = nvml_stub.samples(config, uuid=parent[len("GPU-"):])          # torch prints UUIDs without a prefix
+    (mig,) = nvml_stub.samples(config, uuid=migs[1][len("MIG-"):])
+    assert plain["pci_bus_id"] == snap.gpus[0].pci_bus_id
+    assert mig == plain and mig["power_limit_w"] == snap.gpus[0].power_enforced_limit_w
+
+
+def test_a_gpu_lost_in_the_middle_of_a_burn_in_is_reported(tmp_path):
+    from gpuprep.burnin import RunResult
+    from gpuprep.burnin.judge import judge
+    snap = import_files([corpus(H100)])
+    config = _configure(tmp_path, snap, errors=[(0, "nvmlDeviceGetPowerUsage", "GPU_IS_LOST", 3)])
+    readings = nvml_stub.samples(config, index=0, count=4)
+    assert [r.get("failure") for r in readings[:2]] == [None, None]
+    assert readings[3]["failure"] == "NVML answered 'GPU is lost' to nvmlDeviceGetPowerUsage"
+    rank = {"rank": 0, "world_size": 1, "host": "n1", "backend": "nccl", "device": "cuda:0", "compute_ms": [5.0],
+            "step_ms": [9.0], "allreduce": [], "memory": {"ok": True},
+            "gpu": {"before": readings[0], "after": readings[3], "reasons_seen": [], "samples": 4,
+                    "failure": readings[3]["failure"]}}
+    run = RunResult(ranks={0: rank}, world_size=1, exit_code=0, timed_out=False, wall_seconds=60)
+    assert [(f.id, f.severity) for f in judge(run) if f.severity == "fail"] == [("burnin.gpu-lost", "fail")]
+
+
+LIVE = """
+import sys
+from gpuprep.probe import collect
+snap = collect(root=sys.argv[1], environ={"NCCL_SOCKET_IFNAME": "ib", "HOME": "/x"}, docker=False, commands=False)
+print(snap.to_json())
+"""
+
+
+def test_live_probe_with_a_fake_root_and_the_nvml_stand_in(tmp_path):
+    root = tmp_path / "root"
     (root / "proc/sys/kernel").mkdir(parents=True)
     (root / "proc/sys/kernel/hostname").write_text("gpu-node-7\n")
     (root / "proc/sys/kernel/numa_balancing").write_text("1\n")
@@ -118,9 +270,10 @@ def test_live_probe_with_a_fake_root_and_fake_nvml(tmp_path):
         gov = root / f"sys/devices/system/cpu/cpu{cpu}/cpufreq"
         gov.mkdir(parents=True)
         gov.joinpath("scaling_governor").write_text("powersave\n")
-    captured = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
-    snap = collect(root=str(root), nvml=fake_for(captured), environ={"NCCL_SOCKET_IFNAME": "ib", "HOME": "/x"},
-                   docker=False, commands=False)
+    captured = import_files([corpus(H100)])
+    done = nvml_stub.run(_configure(tmp_path, captured), [sys.executable, "-c", LIVE, str(root)])
+    assert done.returncode == 0, done.stderr
+    snap = Snapshot.from_json(done.stdout)
     assert snap.system.hostname == "gpu-node-7"
     assert snap.kernel_modules["nouveau"] is True and snap.kernel_modules["nvidia_peermem"] is False
     assert snap.settings.cpu_governors == ["powersave"] and snap.settings.numa_balancing == 1
@@ -128,5 +281,12 @@ def test_live_probe_with_a_fake_root_and_fake_nvml(tmp_path):
     assert snap.numa_nodes[0].cpulist == "0-55,112-167"
     assert snap.env == {"NCCL_SOCKET_IFNAME": "ib"}
     assert len(snap.gpus) == 8 and snap.software.driver_version == "565.57.01"
-    round_trip = Snapshot.from_json(snap.to_json())
-    assert round_trip == snap
+    assert [g.uuid for g in snap.gpus] == [g.uuid for g in captured.gpus]
+    assert Snapshot.from_json(snap.to_json()) == snap
+
+
+def test_probe_without_the_library_says_so(tmp_path):
+    done = nvml_stub.run(tmp_path / "none.conf", [sys.executable, "-c", LIVE, str(tmp_path)])
+    assert done.returncode == 0, done.stderr
+    snap = Snapshot.from_json(done.stdout)
+    assert snap.nvml.available is False and snap.nvml.reason == "driver-not-loaded" and snap.gpus is None

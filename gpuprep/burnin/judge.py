@@ -67,6 +67,11 @@ def judge(run: RunResult) -> List[Finding]:
                                    "and NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME name the right interface"))
     for rank in complete:
         gpu = rank.get("gpu") or {}
+        if gpu.get("failure"):
+            findings.append(Finding("burnin.gpu-lost", "fail", _label(rank),
+                                    f"NVML lost the GPU during the run: {gpu['failure']}", {"failure": gpu["failure"]},
+                                    "Drain the node; look in the kernel log for the Xid (79, 119, 154 are usual); "
+                                    "reset the GPU (`nvidia-smi -r`) or reboot"))
         hard = [r for r in gpu.get("reasons_seen", []) if r in THROTTLE_REASONS]
         if hard:
             findings.append(Finding("burnin.throttle", "fail", _label(rank), "GPU throttled during the run: " + ", ".join(hard),

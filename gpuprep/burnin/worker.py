@@ -199,7 +199,9 @@ class _GpuMonitor:
                 "training_max_power_w": max((s.get("power_draw_w") or 0 for s in training), default=None),
                 "training_reasons": sorted({r for s in training for r in s.get("clock_event_reasons") or []}),
                 "power_limit_w": (self.before or {}).get("power_limit_w"),
-                "min_sm_clock_mhz": min((s.get("clock_sm_mhz") or 0 for s in self.samples), default=None)}
+                "min_sm_clock_mhz": min((s.get("clock_sm_mhz") or 0 for s in self.samples), default=None),
+                "failure": next((s["failure"] for s in [self.before or {}, *self.samples, after] if s.get("failure")),
+                                None)}
 
 
 def _other_collectives(torch, dist, device, world, max_mib, use_cuda):

@@ -93,22 +93,37 @@ def _read_all(nvml: Any) -> NvmlFacts:
             # lost or inaccessible: still counted, and judged by what NVML said ("GPU is lost", "Unknown Error")
             facts.gpus.append(Gpu(index=index, failure=f"NVML cannot open it: {exc}"))
             continue
-        facts.gpus.append(_read_gpu(nvml, ask, index, handle))
+        ask.fatal = []
+        gpu = _read_gpu(nvml, ask, index, handle)
+        if ask.fatal:
+            gpu.failure = ask.fatal[0] + (f" (and {len(ask.fatal) - 1} more queries)" if len(ask.fatal) > 1 else "")
+        facts.gpus.append(gpu)
     return facts
 
 
+# NVML answers that mean the GPU itself stopped working, not that it lacks one sensor: the GPU is failed,
+# never left "unknown" (NVML's own docs: GPU_IS_LOST = fallen off the bus; RESET_REQUIRED; an internal driver error)
+_FATAL_CODES = ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED", "NVML_ERROR_UNKNOWN", "NVML_ERROR_IRQ_ISSUE")
+
+
 class _Asker:
-    """Calls one NVML query; any NVML error means 'unknown' for that field only."""
+    """Calls one NVML query. An error the GPU answers for one field (not supported, no permission, a function
+    this driver lacks) means 'unknown' for that field only; an error that says the GPU itself is gone is kept
+    in `fatal` so the caller fails the GPU instead of reporting it with every field unknown."""
 
     def __init__(self, nvml: Any):
         self.nvml = nvml
+        self.fatal: List[str] = []
+        self._fatal_codes = {getattr(nvml, name) for name in _FATAL_CODES if hasattr(nvml, name)}
 
     def __call__(self, fn: Callable, *args):
         if fn is None:
             return None
         try:
             return fn(*args)
-        except self.nvml.NVMLError:
+        except self.nvml.NVMLError as exc:
+            if getattr(exc, "value", None) in self._fatal_codes:
+                self.fatal.append(f"NVML answered '{exc}' to {getattr(fn, '__name__', 'a query')}")
             return None
         except (AttributeError, NotImplementedError):   # function missing in this driver/binding
             return None
@@ -205,7 +220,7 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
     gpu.pcie_width_current = ask(getattr(nvml, "nvmlDeviceGetCurrPcieLinkWidth", None), h)
     gpu.pcie_width_max = ask(getattr(nvml, "nvmlDeviceGetMaxPcieLinkWidth", None), h)
     gpu.nvlinks = _nvlinks(nvml, ask, h)
-    gpu.fabric_state, gpu.fabric_status = _fabric(nvml, ask, h)
+    gpu.fabric_state, gpu.fabric_status, gpu.fabric_bandwidth = _fabric(nvml, ask, h)
     gpu.numa_node = ask(getattr(nvml, "nvmlDeviceGetNumaNodeId", None), h)
     affinity = ask(getattr(nvml, "nvmlDeviceGetCpuAffinity", None), h, _CPU_SET_WORDS)
     if affinity is not None:
@@ -215,21 +230,37 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
 
 
 _FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}   # as nvidia-smi -q prints them
+_FABRIC_BANDWIDTH = {1: "Degraded", 2: "Full"}    # NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE / _FALSE
 
 
 def _fabric(nvml: Any, ask: "_Asker", h: Any):
-    """(state, status) of the GPU's NVLink fabric registration, as nvidia-smi -q's Fabric section words them;
-    (None, None) where the GPU has no fabric (state 'not supported')."""
-    info_type, query = getattr(nvml, "c_nvmlGpuFabricInfo_t", None), getattr(nvml, "nvmlDeviceGetGpuFabricInfo", None)
-    if info_type is None or query is None:
-        return None, None
-    info = info_type()
-    if ask(query, h, info) is None or info.state not in _FABRIC_STATES:
-        return None, None
+    """(state, status, bandwidth) of the GPU's NVLink fabric registration, as nvidia-smi -q's Fabric section words
+    them; Nones where the GPU has no fabric (state 'not supported'). The versioned query (R550+) also gives the
+    health mask, whose degraded-bandwidth bits say an NVLink to the switches is down; older drivers have only the
+    unversioned one. nvidia-ml-py hands the structure straight to C, so it must go by reference."""
+    import ctypes
+    versioned, query_v = getattr(nvml, "c_nvmlGpuFabricInfo_v2_t", None), getattr(nvml, "nvmlDeviceGetGpuFabricInfoV", None)
+    info = None
+    if versioned is not None and query_v is not None:
+        info = versioned()
+        info.version = getattr(nvml, "nvmlGpuFabricInfo_v2")
+        if ask(query_v, h, ctypes.byref(info)) is None:
+            info = None
+    if info is None:
+        plain, query = getattr(nvml, "c_nvmlGpuFabricInfo_t", None), getattr(nvml, "nvmlDeviceGetGpuFabricInfo", None)
+        if plain is None or query is None:
+            return None, None, None
+        info = plain()
+        if ask(query, h, ctypes.byref(info)) is None:
+            return None, None, None
+    if info.state not in _FABRIC_STATES:
+        return None, None, None
+    health = getattr(info, "healthMask", 0) & 0x3
+    bandwidth = _FABRIC_BANDWIDTH.get(health)
     if info.state != 3:
-        return _FABRIC_STATES[info.state], None
+        return _FABRIC_STATES[info.state], None, bandwidth
     status = "Success" if info.status == 0 else _text(ask(getattr(nvml, "nvmlErrorString", None), info.status))
-    return _FABRIC_STATES[info.state], status
+    return _FABRIC_STATES[info.state], status, bandwidth
 
 
 def _nvlinks(nvml: Any, ask: _Asker, h: Any) -> Optional[List[NvLink]]:
@@ -265,10 +296,25 @@ def _text(value: Any) -> Optional[str]:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _handle_for(nvml: Any, ask: _Asker, index: int, uuid: Optional[str]):
+    """The physical GPU behind `uuid` (or `index`). CUDA names a GPU by its UUID without NVML's prefix, and a MIG
+    instance by the instance's UUID: try both prefixes, and read a MIG instance's power, clocks and ECC from the
+    GPU it is carved from (NVML answers those only for the whole GPU)."""
+    if not uuid:
+        return ask(getattr(nvml, "nvmlDeviceGetHandleByIndex", None), index)
+    names = [uuid] if uuid.startswith(("GPU-", "MIG-")) else ["GPU-" + uuid, "MIG-" + uuid]
+    by_uuid = getattr(nvml, "nvmlDeviceGetHandleByUUID", None)
+    h = next((found for found in (ask(by_uuid, name) for name in names) if found is not None), None)
+    if h is not None and ask(getattr(nvml, "nvmlDeviceIsMigDeviceHandle", None), h):
+        h = ask(getattr(nvml, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", None), h)
+    return h
+
+
 def sample(index: int, nvml: Any = None, uuid: Optional[str] = None) -> Optional[dict]:
     """One light reading of GPU `index` (or the GPU with this UUID, which CUDA and NVML agree on when
-    their index orders differ) during a burn-in: clocks, temperature, power against its limit, throttle
-    reasons and ECC counters. None when NVML is unavailable."""
+    their index orders differ; a MIG instance's UUID reads its parent GPU) during a burn-in: clocks,
+    temperature, power against its limit, throttle reasons and ECC counters, and `failure` when NVML says
+    the GPU itself is gone. None when NVML is unavailable or does not know the GPU."""
     nvml = nvml if nvml is not None else load_library()
     if nvml is None:
         return None
@@ -278,18 +324,14 @@ def sample(index: int, nvml: Any = None, uuid: Optional[str] = None) -> Optional
         return None
     try:
         ask = _Asker(nvml)
-        if uuid:
-            h = ask(getattr(nvml, "nvmlDeviceGetHandleByUUID", None), uuid if uuid.startswith(("GPU-", "MIG-"))
-                    else "GPU-" + uuid)
-        else:
-            h = ask(getattr(nvml, "nvmlDeviceGetHandleByIndex", None), index)
+        h = _handle_for(nvml, ask, index, uuid)
         if h is None:
-            return None
+            return {"failure": ask.fatal[0]} if ask.fatal else None
         reasons = ask(getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None), h)
         if reasons is None:
             reasons = ask(getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None), h)
         pci = ask(getattr(nvml, "nvmlDeviceGetPciInfo", None), h)
-        return {
+        reading = {
             "pci_bus_id": _text(pci.busId) if pci is not None else None,
             "clock_sm_mhz": ask(getattr(nvml, "nvmlDeviceGetClockInfo", None), h, nvml.NVML_CLOCK_SM),
             "temperature_c": ask(getattr(nvml, "nvmlDeviceGetTemperature", None), h, nvml.NVML_TEMPERATURE_GPU),
@@ -302,6 +344,9 @@ def sample(index: int, nvml: Any = None, uuid: Optional[str] = None) -> Optional
             "ecc_volatile_corrected": ask(getattr(nvml, "nvmlDeviceGetTotalEccErrors", None), h,
                                           nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC),
         }
+        if ask.fatal:
+            reading["failure"] = ask.fatal[0]
+        return reading
     finally:
         try:
             nvml.nvmlShutdown()

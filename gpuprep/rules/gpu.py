@@ -153,6 +153,7 @@ _NO_ANSWER_ACTIONS = (
     ("is lost", "The GPU is lost (Xid 79 class): drain and reboot, as the driver asks; if it recurs, check power, "
                 "cabling and seating, then RMA"),
     ("requires reset", "Drain and reset the GPU (`nvidia-smi -r -i {ref}`), or reboot if the reset fails"),
+    ("requires restart", "Drain and reset the GPU (`nvidia-smi -r -i {ref}`), or reboot if the reset fails"),
     ("", "Drain the node and look in the kernel log for the Xid (79, 119, 154 are usual); reset the GPU "
          "(`nvidia-smi -r -i {ref}`) or reboot; if it recurs, reseat or RMA"),
 )
@@ -361,11 +362,17 @@ def fabric(snap, ctx):
     fails with 'system not yet initialized' (error 802) and NCCL cannot use NVLink."""
     out = []
     for gpu in all_gpus(snap):
-        state, status = gpu.fabric_state, gpu.fabric_status
+        state, status, bandwidth = gpu.fabric_state, gpu.fabric_status, gpu.fabric_bandwidth
         if state is None and status is None:
             continue
-        evidence = {"state": state, "status": status}
-        if (status and status.lower() != "success") or (state and state.lower() in ("in progress", "not started")):
+        evidence = {"state": state, "status": status, "bandwidth": bandwidth}
+        if bandwidth and bandwidth.lower() == "degraded":
+            out.append(Finding("gpu.fabric", "fail", gpu_subject(gpu),
+                               "NVLink fabric bandwidth is degraded (an NVLink to the NVSwitches is down)",
+                               evidence, "Drain; look for NVLink/SXid errors in the kernel and fabric manager logs, "
+                               "reset the GPU or reboot; if it stays degraded, reseat or RMA the baseboard",
+                               "NVML fabric health mask (DEGRADED_BW); NVIDIA Fabric Manager user guide"))
+        elif (status and status.lower() != "success") or (state and state.lower() in ("in progress", "not started")):
             out.append(Finding("gpu.fabric", "fail", gpu_subject(gpu),
                                f"Not registered with the NVLink fabric: state {state or '?'}, status {status or '?'}",
                                evidence, "Drain; check that nvidia-fabricmanager (NVLSM on Blackwell) runs and matches "

@@ -248,6 +248,7 @@ FIELDS: List[Tuple[str, Callable, List[Path], List[Path]]] = [
      [("pci", "pci_gpu_link_info", "link_widths", "max_link_width")]),
     ("fabric_state", known, [("Fabric", "State")], [("fabric", "state")]),
     ("fabric_status", known, [("Fabric", "Status")], [("fabric", "status")]),
+    ("fabric_bandwidth", known, [("Fabric", "Health", "Bandwidth")], [("fabric", "health", "bandwidth")]),
 ]
 
 # Clock event reasons of hardware or thermal slowdown: a fault to look at when they hold a GPU down
