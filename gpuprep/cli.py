@@ -314,20 +314,26 @@ def compat(driver, cuda, cudnn, torch_version, gpu, cc, as_json):
                                                            "without GPUs, for CPU ranks).")
 @click.option("--mode", type=click.Choice(["exclusive", "node", "socket"]), default="exclusive", show_default=True,
               help="CPU binding, as torchrun --numa-binding computes it.")
+@click.option("--cuda-visible-devices", "visible", metavar="LIST",
+              help="The GPUs the ranks see, in order (indexes or UUIDs; default on this host: $CUDA_VISIBLE_DEVICES).")
 @_format_options
-def plan(sources, nproc, mode, fmt, as_json, output):
+def plan(sources, nproc, mode, visible, fmt, as_json, output):
     """Per-rank launch plan: GPU, NUMA node, CPUs, memory node, nearest NIC, threads, DataLoader workers."""
-    from .plan import make_plan
+    from .plan import make_plan, visible_gpus
     from .report import plan_document
     snap = _gather(list(sources), "/", True, allow_mixed=True) if sources else None
+    allowed = None
     if snap is None:
         from .probe import topology_facts
-        snap = topology_facts()
+        visible = visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
+        snap = topology_facts(uuids=bool(visible) and not visible.replace(",", "").strip().isdigit())
+        allowed = os.sched_getaffinity(0)
     fmt = _chosen_format(fmt, as_json, output)
     if fmt not in ("text", "json"):
         from .errors import BadInput
         raise BadInput(f"--format {fmt}: a plan is text or json")
-    document = plan_document(make_plan(snap, nproc=nproc, mode=mode))
+    document = plan_document(make_plan(snap, nproc=nproc, mode=mode, visible=visible_gpus(visible, snap),
+                                       allowed=allowed))
     _emit(document, fmt, output)
 
 

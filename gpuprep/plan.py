@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .errors import BadInput
 from .importers.values import compress_cpulist, expand_cpulist
@@ -86,7 +86,9 @@ class Layout:
                 or any(0 not in cpus for cpus in self.node_cpus.values()))
 
 
-def cpu_layout(snap: Snapshot, gpu_nodes: Dict[int, Optional[int]]) -> Layout:
+def cpu_layout(snap: Snapshot, gpu_nodes: Dict[int, Optional[int]], allowed: Optional[Set[int]] = None) -> Layout:
+    """`allowed`: the CPUs this process may run on (sched_getaffinity: a cgroup/cpuset, Slurm's allocation). Like
+    torch, each node's CPUs are cut to them before they are divided among ranks."""
     notes: List[str] = []
     node_cpus = {n.node: expand_cpulist(n.cpulist) for n in snap.numa_nodes or [] if expand_cpulist(n.cpulist)}
     pool_of: Dict[int, int] = {}
@@ -102,6 +104,11 @@ def cpu_layout(snap: Snapshot, gpu_nodes: Dict[int, Optional[int]]) -> Layout:
             node_cpus.setdefault(node, expand_cpulist(text))
         if node_cpus:
             notes.append("CPUs from nvidia-smi topo -m's CPU Affinity (no numactl -H, lscpu or /sys)")
+    if allowed is not None:
+        cut = {node: [cpu for cpu in cpus if cpu in allowed] for node, cpus in node_cpus.items()}
+        if cut != node_cpus:
+            notes.append(f"only the CPUs this process may use: {compress_cpulist(sorted(allowed))}")
+        node_cpus = {node: cpus for node, cpus in cut.items() if cpus}
     everything = sorted({cpu for cpus in node_cpus.values() for cpu in cpus})
     return Layout(node_cpus, _cores(snap, node_cpus, everything, notes), _sockets(snap, node_cpus, notes), notes,
                   pool_of)
@@ -170,19 +177,46 @@ def _gpus(snap: Snapshot) -> Dict[int, Optional[str]]:
     return dict(sorted(gpus.items()))
 
 
-def make_plan(snap: Snapshot, nproc: Optional[int] = None, mode: str = "exclusive") -> LaunchPlan:
+def visible_gpus(spec: Optional[str], snap: Snapshot) -> Optional[List[int]]:
+    """CUDA_VISIBLE_DEVICES as nvidia-smi indices, in CUDA's order (local rank i drives the i-th): whole numbers
+    or GPU UUIDs (Slurm and Kubernetes set either). None when unset: every GPU."""
+    if spec is None:
+        return None
+    by_uuid = {g.uuid: g.index for g in snap.gpus or [] if g.uuid and g.index is not None}
+    gpus: List[int] = []
+    for item in (part.strip() for part in spec.split(",")):
+        if re.fullmatch(r"[0-9]+", item):
+            gpus.append(int(item))
+        elif item in by_uuid or "GPU-" + item in by_uuid:
+            gpus.append(by_uuid.get(item, by_uuid.get("GPU-" + item)))
+        elif item:
+            raise BadInput(f"CUDA_VISIBLE_DEVICES={spec!r}: {item!r} is neither a GPU index nor a UUID of this host")
+    return gpus
+
+
+def make_plan(snap: Snapshot, nproc: Optional[int] = None, mode: str = "exclusive",
+              visible: Optional[Sequence[int]] = None, allowed: Optional[Set[int]] = None) -> LaunchPlan:
+    """`visible`: the GPUs the ranks see (CUDA_VISIBLE_DEVICES as indices, see visible_gpus), local rank i on the
+    i-th; `allowed`: the CPUs the job may use. torch's --numa-binding divides the same way."""
     if mode not in MODES:
-        raise BadInput(f"--mode {mode}: expected one of {', '.join(MODES)}")
+        raise BadInput(f"binding mode {mode}: expected one of {', '.join(MODES)}")
     gpus = _gpus(snap)
+    if visible is not None:
+        unknown = [g for g in visible if g not in gpus]
+        if unknown:
+            raise BadInput(f"visible GPUs {list(visible)}: the host has no GPU {unknown[0]} "
+                           f"(it has {', '.join(map(str, gpus)) or 'none'})")
+        gpus = {g: gpus[g] for g in visible}
     if nproc is not None and nproc < 1:
-        raise BadInput(f"--nproc-per-node {nproc}: expected 1 or more")
+        raise BadInput(f"ranks per node {nproc}: expected 1 or more")
     if gpus and nproc is not None and nproc > len(gpus):
-        raise BadInput(f"--nproc-per-node {nproc}: the host has {len(gpus)} GPUs (one rank per GPU)")
+        raise BadInput(f"{nproc} ranks per node: the host has {len(gpus)} GPUs{' visible' if visible is not None else ''} "
+                       "(one rank per GPU)")
     if not gpus and nproc is None:
-        raise BadInput("no GPUs found: give --nproc-per-node N to plan N CPU ranks")
+        raise BadInput("no GPUs found: give the number of CPU ranks per node to plan")
     indexes = list(gpus)[: nproc or len(gpus)]
     numa = gpu_numa_nodes(snap, indexes)
-    layout = cpu_layout(snap, numa)
+    layout = cpu_layout(snap, numa, allowed)
     if not layout.node_cpus:
         raise BadInput("no CPU layout: give numactl -H, lscpu or nvidia-smi topo -m output (or run on the host)")
     host = snap.system.hostname or "host"
@@ -193,19 +227,31 @@ def make_plan(snap: Snapshot, nproc: Optional[int] = None, mode: str = "exclusiv
         numa = {g: only if n is None else n for g, n in numa.items()}
         layout.notes.append(f"GPUs {', '.join(map(str, unknown))}: NUMA node not reported; the host's only node {only}")
     if gpus:
-        placed = [(i, numa[i] if numa[i] is not None else layout.pool_of.get(i)) for i in indexes]
+        placed = [(i, _home(numa[i], layout.pool_of.get(i), layout)) for i in indexes]
     else:
         nodes = sorted(layout.node_cpus)
         placed = [(None, nodes[r * len(nodes) // nproc]) for r in range(nproc)]
     ranks = [_rank(r, gpu, node, gpus.get(gpu) if gpu is not None else None, placed, layout, mode)
              for r, (gpu, node) in enumerate(placed)]
+    empty = [r.local_rank for r in ranks if not r.cpus]
+    if empty:
+        raise BadInput(f"{len(ranks)} ranks do not fit the {len({c for cs in layout.node_cpus.values() for c in cs})} "
+                       f"CPUs available: local rank {empty[0]} would get none (fewer ranks, or mode 'node')")
     _assign_nics(snap, ranks)
+    hcas = _hca_list(snap, ranks)
     for rank in ranks:
-        rank.env = _env(rank, bool(gpus))
+        rank.env = _env(rank, bool(gpus), hcas)
     findings = plan_findings(host, snap, ranks, numa, layout)
     every_gpu = len(indexes) == len(gpus)       # torch splits a node's cores among all its GPUs, used or not
     return LaunchPlan(host, mode, ranks, findings, layout.notes,
-                      _torchrun(ranks, mode, numa, bool(gpus)) if every_gpu else None)
+                      _torchrun(ranks, mode, numa, bool(gpus), list(gpus)) if every_gpu else None)
+
+
+def _home(node: Optional[int], pool: Optional[int], layout: Layout) -> Optional[int]:
+    """The GPU's node, or its CPU pool; None when none of its node's CPUs are ours to use (it is then bound to
+    every CPU we have, as a GPU of unknown node is)."""
+    home = node if node is not None else pool
+    return home if home is None or home in layout.node_cpus else None
 
 
 def _owned(layout: Layout, node: Optional[int], mode: str, slot: int, sharing: int) -> List[int]:
@@ -271,20 +317,32 @@ def _assign_nics(snap: Snapshot, ranks: List[Rank]) -> None:
         rank.nic, rank.nic_path = _nic_name(topo, nic), row[nic]
 
 
-def _env(rank: Rank, with_gpus: bool) -> Dict[str, str]:
+def _hca_list(snap: Snapshot, ranks: List[Rank]) -> Optional[str]:
+    """One NCCL_IB_HCA for every rank: NCCL requires the same HCA list on all ranks (NVIDIA/nccl#1478) and picks
+    the nearest NIC per GPU itself (PXN needs to see them all). The NICs some rank is nearest to, in topo order."""
+    used = {r.nic for r in ranks if r.nic}
+    if not used:
+        return None
+    order = [_nic_name(snap.topology, n) for n in snap.topology.nics()] if snap.topology else []
+    return "=" + ",".join(sorted(used, key=lambda nic: (order.index(nic) if nic in order else len(order), nic)))
+
+
+def _env(rank: Rank, with_gpus: bool, hcas: Optional[str] = None) -> Dict[str, str]:
     env = {"OMP_NUM_THREADS": str(rank.physical_cores), "MKL_NUM_THREADS": str(rank.physical_cores),
            "GPUPREP_DATALOADER_WORKERS": str(rank.dataloader_workers)}
     if with_gpus:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"      # CUDA's device i is nvidia-smi's GPU i
-    if rank.nic:
-        env["NCCL_IB_HCA"] = "=" + rank.nic           # '=': exactly this device, not every name it prefixes
+    if hcas:
+        env["NCCL_IB_HCA"] = hcas                     # '=': exactly these devices, not every name they prefix
     return env
 
 
-def _torchrun(ranks: List[Rank], mode: str, numa: Dict[int, Optional[int]], with_gpus: bool) -> Optional[str]:
+def _torchrun(ranks: List[Rank], mode: str, numa: Dict[int, Optional[int]], with_gpus: bool,
+              order: List[int]) -> Optional[str]:
     """torchrun binds the same CPUs only when every GPU's node is known (it reads -1 as node 0) and rank i
-    drives GPU i (it binds by LOCAL_RANK)."""
-    if not with_gpus or any(numa.get(r.gpu) is None for r in ranks) or any(r.gpu != r.local_rank for r in ranks):
+    drives the i-th visible GPU (it binds by LOCAL_RANK)."""
+    if not with_gpus or any(numa.get(r.gpu) is None for r in ranks) \
+            or any(r.gpu != order[r.local_rank] for r in ranks):
         return None
     return shlex.join(["torchrun", f"--nproc-per-node={len(ranks)}", f"--numa-binding={mode}", "train.py"])
 

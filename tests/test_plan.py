@@ -37,7 +37,9 @@ def test_asus_two_sockets_two_gpus_each_nics_by_the_gpus_socket():
     assert plan.findings == []
     assert plan.torchrun == "torchrun --nproc-per-node=4 --numa-binding=exclusive train.py"
     assert plan.ranks[1].env == {"OMP_NUM_THREADS": "16", "MKL_NUM_THREADS": "16", "GPUPREP_DATALOADER_WORKERS": "15",
-                                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NCCL_IB_HCA": "=mlx5_1"}
+                                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NCCL_IB_HCA": "=mlx5_0,mlx5_1,mlx5_2,mlx5_3"}
+    # NCCL needs one HCA list on every rank (NVIDIA/nccl#1478); the nearest NIC stays in the plan as information
+    assert {r.env["NCCL_IB_HCA"] for r in plan.ranks} == {"=mlx5_0,mlx5_1,mlx5_2,mlx5_3"}
     node = plan_of(*ASUS, mode="node")
     assert [(r.cpulist, r.physical_cores) for r in node.ranks] == [("0-31", 16)] * 2 + [("32-63", 16)] * 2
     assert [r.cpulist for r in plan_of(*ASUS, mode="socket").ranks] == ["0-31"] * 2 + ["32-63"] * 2
@@ -164,3 +166,47 @@ def test_launch_refuses_a_plan_whose_cpus_are_not_here(tmp_path):
     launched = subprocess.run([str(BIN / "gpuprep"), "launch", "--plan", str(foreign), "--", "true"],
                               capture_output=True, text=True, timeout=60, env=env)
     assert launched.returncode == 2 and "not available here" in launched.stderr
+
+
+def test_slurm_visible_devices_bind_ranks_to_their_gpus_numa_node():
+    """Under Slurm (CUDA_VISIBLE_DEVICES=4,5,6,7) local rank 0 drives GPU 4, on node 1 of the H100 board; torch's
+    --numa-binding splits node 1's cores among the four visible GPUs."""
+    snap = import_files([corpus("h100-sxm-x8-ib-penny.topo-m.txt")])
+    from gpuprep.plan import visible_gpus
+    plan = make_plan(snap, visible=visible_gpus("4,5,6,7", snap))
+    assert [(r.local_rank, r.gpu, r.numa_node) for r in plan.ranks] == [(0, 4, 1), (1, 5, 1), (2, 6, 1), (3, 7, 1)]
+    assert plan.ranks[0].cpulist == "56-69,168-181" and plan.ranks[3].cpulist == "98-111,210-223"
+    assert plan.torchrun == "torchrun --nproc-per-node=4 --numa-binding=exclusive train.py"
+    assert {r.env["NCCL_IB_HCA"] for r in plan.ranks} == {"=mlx5_ib4,mlx5_ib5,mlx5_ib6,mlx5_ib7"}
+
+
+def test_visible_devices_in_another_order_and_by_uuid():
+    snap = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt"), corpus("h100-x8-stas.topo-m.txt")], allow_mixed=True)
+    from gpuprep.plan import visible_gpus
+    uuid7 = snap.gpus[7].uuid
+    assert visible_gpus(f"{uuid7},2", snap) == [7, 2] and visible_gpus(uuid7[len("GPU-"):], snap) == [7]
+    plan = make_plan(snap, visible=[7, 2])
+    assert [(r.local_rank, r.gpu) for r in plan.ranks] == [(0, 7), (1, 2)]
+    assert plan.torchrun is not None or plan.findings  # torchrun would bind rank i to the i-th visible GPU
+    from gpuprep.errors import BadInput
+    with pytest.raises(BadInput, match="neither a GPU index nor a UUID"):
+        visible_gpus("GPU-nope", snap)
+    with pytest.raises(BadInput, match="no GPU 9"):
+        make_plan(snap, visible=[9])
+
+
+def test_a_cpu_limited_container_divides_only_the_cpus_it_may_use():
+    """A cpuset of 8 CPUs on node 0 (0-7): every rank on node 0 gets a part of them; ranks whose node has none of
+    them fall back to every allowed CPU, never to an empty set."""
+    plan = plan_of(*ASUS, allowed=set(range(8)))
+    assert [r.cpulist for r in plan.ranks] == ["0-3", "4-7", "0-7", "0-7"]
+    assert all(r.env["OMP_NUM_THREADS"] != "0" for r in plan.ranks)
+    assert any("only the CPUs this process may use: 0-7" in n for n in plan.notes)
+    from gpuprep.errors import BadInput
+    with pytest.raises(BadInput, match="local rank 1 would get none"):
+        plan_of(*ASUS, allowed={0}, nproc=2)     # GPUs 0 and 1 share node 0, of which one CPU is ours
+
+
+def test_cpu_ranks_beyond_the_cpus_are_bad_input():
+    done = run_cli("plan", "--from", corpus("asus-esc8000a-e12-4x-rtx6000ada.lscpu.txt"), "--nproc-per-node", "200")
+    assert done.returncode == 2 and "would get none" in done.stderr and "Traceback" not in done.stderr

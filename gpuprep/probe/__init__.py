@@ -62,11 +62,15 @@ def _cpu_facts(fs: Root, root: str) -> Snapshot:
     return snap
 
 
-def topology_facts(root: str = "/", commands: bool = True) -> Snapshot:
+def topology_facts(root: str = "/", commands: bool = True, uuids: bool = False) -> Snapshot:
     """Only what a launch plan needs, cheap enough for every rank of `gpuprep launch` to read: CPUs, NUMA nodes,
-    SMT siblings, RDMA ports and `nvidia-smi topo -m` (no NVML session, no Docker, no kernel log)."""
+    SMT siblings, RDMA ports and `nvidia-smi topo -m` (no NVML session, no Docker, no kernel log); with `uuids`
+    also each GPU's UUID (for CUDA_VISIBLE_DEVICES written as UUIDs)."""
     snap = _cpu_facts(Root(root), root)
     if commands:
         from . import commands as cmd
         snap.topology = cmd.nvidia_topology()
+        if uuids:
+            from ..snapshot import Gpu
+            snap.gpus = [Gpu(index=i, uuid=u) for i, u in sorted(cmd.gpu_uuids().items())] or None
     return snap

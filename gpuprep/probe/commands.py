@@ -46,6 +46,13 @@ def nvidia_topology() -> Optional[Topology]:
         return None
 
 
+def gpu_uuids() -> Dict[int, str]:
+    """nvidia-smi's index -> UUID, for CUDA_VISIBLE_DEVICES given as UUIDs (Kubernetes' device plugin does)."""
+    text = run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"]) or ""
+    pairs = (line.split(",", 1) for line in text.splitlines() if "," in line)
+    return {int(i): u.strip() for i, u in pairs if i.strip().isdigit()}
+
+
 def sshd_settings() -> Optional[Dict[str, str]]:
     """sshd's effective settings: `sshd -T` (needs root and host keys), else sshd_config and its drop-ins."""
     from ..importers.sshd import parse_sshd_config, parse_sshd_t
