@@ -496,7 +496,7 @@ def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verb
 @_connection_options
 def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_timeout, fmt, as_json, output):
     """Short torchrun DDP burn-in: every rank trains, all-reduce bandwidth sweep, memory check, straggler named."""
-    from .burnin import launch, parse_duration, torch_available
+    from .burnin import launch, parse_duration, torch_problem
     from .burnin.judge import judge
     from .errors import BadInput
     from .report import burnin_document
@@ -515,8 +515,9 @@ def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_
         run = run_fleet(inventory, seconds, nproc, backend, master, rdzv_timeout, connection=_connection())
         chosen = next(iter(run.ranks.values()))["backend"] if run.ranks else backend
     else:
-        if not torch_available():
-            raise BadInput("PyTorch is not installed: pip install 'gpuprep[burnin]' (or torch) to run the burn-in")
+        problem = torch_problem()
+        if problem:
+            raise BadInput(problem)
         chosen, per_node = _burnin_plan(nproc, backend)
         if not quiet:
             click.echo(f"burn-in: {per_node} rank(s) x {nnodes} node(s), backend {chosen}, {seconds:.0f} s", err=True)

@@ -86,8 +86,8 @@ def test_a_corrupted_word_fails_the_rank_with_its_offset():
     run = launch(6, 2, "gloo", env={"GPUPREP_BURNIN_TEST_FLIP_WORD": "1000003"})
     memory = [f for f in judge(run) if f.id == "burnin.memory"]
     assert len(memory) == 2          # both ranks of this host corrupt the same word in their own buffer
-    assert all(f.evidence["first_bad_offset"] == 4 * 1000003 and f.evidence["bad_words"] == 1 for f in memory)
-    assert "the first at byte offset 4000012" in memory[0].title
+    assert all(f.evidence["first_bad_offset"] == 8 * 1000003 and f.evidence["bad_words"] == 1 for f in memory)
+    assert "the first at byte offset 8000024" in memory[0].title        # 64-bit words
 
 
 def test_bad_duration_is_bad_input():

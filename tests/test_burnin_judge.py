@@ -62,13 +62,6 @@ def test_a_power_capped_gpu_or_one_without_power_readings_is_not_called_underloa
     assert [f.id for f in unread if f.severity == "pass"] == ["burnin.bandwidth", "burnin.pass"]
 
 
-def test_sampler_reports_the_enforced_power_limit_of_a_real_capture():
-    snap = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
-    reading = sample(0, fake_for(snap))
-    assert reading["power_limit_w"] == snap.gpus[0].power_enforced_limit_w == 700.0
-    assert reading["max_sm_clock_mhz"] == 1980 and reading["pci_bus_id"] == snap.gpus[0].pci_bus_id
-
-
 def test_a_setup_error_is_named_instead_of_blaming_a_rank_or_the_rendezvous():
     from gpuprep.burnin import setup_errors
     log = ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "

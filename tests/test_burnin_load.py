@@ -66,3 +66,23 @@ def test_the_old_fixed_load_would_fail_the_same_criteria_on_an_h100():
 def test_cpu_ranks_keep_a_small_load():
     plan = cpu_load()
     assert plan.width * plan.batch * plan.layers <= 256 * 64 * 2 and plan.dtype == "fp32"
+
+
+@pytest.mark.parametrize("gpu", ["v100-sxm2-16gb", "t4"])
+def test_the_fp16_load_keeps_its_gradients_above_fp16s_underflow(gpu):
+    """Volta/Turing run the load in fp16. With nn.Linear's default init and a mean over every element, the output
+    gradient was ~1e-10, below fp16's smallest subnormal (6e-8): the backward multiplied zeros. The worker's own
+    model and loss, at the load's real width, depth and batch (a few rows computed, the batch tiled from them)."""
+    torch = pytest.importorskip("torch")
+    from gpuprep.burnin.worker import build_model, training_loss
+    plan = plan_load(device_query(DATA / f"{gpu}.deviceQuery.txt")["props"])
+    assert plan.dtype == "fp16"
+    torch.manual_seed(1234)
+    model = build_model(torch, plan.width, plan.layers)
+    with torch.no_grad():
+        rows = model(torch.randn(4, plan.width))
+    output = rows.repeat(plan.batch // 4, 1).requires_grad_(True)
+    training_loss(output).backward()
+    grad = output.grad.half()
+    assert grad.ne(0).float().mean() > 0.99, "the output gradient flushes to zero in fp16"
+    assert grad.float().abs().max() < 65504 / 2 ** 16     # the GradScaler's first scale (2**16) cannot overflow it

@@ -48,7 +48,7 @@ def test_peak_extra_memory_is_the_buffer_plus_one_chunk():
 
 @pytest.mark.parametrize("pattern", MEMORY_PATTERNS)
 def test_a_flipped_word_is_reported_with_its_offset(pattern):
-    word = 3 * (4 * MIB // 4) + 12345                 # in the fourth chunk
+    word = 3 * (4 * MIB // 8) + 12345                 # in the fourth chunk (64-bit words)
     flipped = []
 
     def corrupt(name, buf):
@@ -59,7 +59,7 @@ def test_a_flipped_word_is_reported_with_its_offset(pattern):
     report = memory_check(torch, torch.device("cpu"), 32 * MIB, 4 * MIB, after_write=corrupt)
     assert flipped == [pattern]
     assert not report["ok"] and report["bad_words"] == 1
-    assert report["first_bad_offset"] == word * 4
+    assert report["first_bad_offset"] == word * 8
     assert [(r["pattern"], r["bad_words"]) for r in report["patterns"]] == \
         [(p, 1 if p == pattern else 0) for p in MEMORY_PATTERNS]
 
@@ -72,7 +72,7 @@ def test_patterns_differ_and_the_random_one_is_seeded():
 
     memory_check(torch, torch.device("cpu"), 1 * MIB, 256 * 1024, after_write=keep)
     assert seen["zeros"].eq(0).all() and seen["ones"].eq(-1).all()
-    assert [int(v) & 0xFFFFFFFF for v in seen["walking_ones"][:33]] == [1 << (i % 32) for i in range(33)]
+    assert [int(v) & (2**64 - 1) for v in seen["walking_ones"][:64]] == [1 << i for i in range(64)]
     assert seen["address"].tolist() == list(range(64))
     again = {}
     memory_check(torch, torch.device("cpu"), 1 * MIB, 256 * 1024, after_write=lambda n, b: again.setdefault(n, b[:64].clone()))
@@ -86,3 +86,17 @@ def test_buffer_size_from_free_memory():
     assert size % MEMORY_CHUNK == 0 and size <= 0.9 * 79 * gib - MEMORY_MARGIN
     assert 0.9 * 79 * gib - MEMORY_MARGIN - size < MEMORY_CHUNK
     assert memory_check_bytes(256 * MIB) == 0            # too little free: nothing, never negative
+
+
+def test_every_bit_of_a_word_is_driven_and_addresses_never_repeat():
+    """The int32 version never set bit 31 in the random pattern and wrapped its address pattern every 4 GiB,
+    so a fault aliasing two addresses 4 GiB apart read back the same value and passed."""
+    seen = {}
+    memory_check(torch, torch.device("cpu"), 8 * MIB, 1 * MIB,
+                 after_write=lambda n, b: seen.setdefault(n, b.clone()))
+    random = seen["random"]
+    assert random.lt(0).any() and random.gt(0).any()                     # bit 63 set in some words, not all
+    high = random.bitwise_right_shift(32).bitwise_and(0xFFFFFFFF)
+    assert high.bitwise_and(1 << 31).ne(0).any() and high.ne(0).float().mean() > 0.99
+    address = seen["address"]
+    assert torch.equal(address, torch.arange(address.numel(), dtype=torch.int64))   # unique: no wrap anywhere

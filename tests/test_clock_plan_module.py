@@ -19,7 +19,7 @@ def gpus_of(capture, **changes):
                "supported_clocks": f.get("supported_clocks") or [], "max_graphics": f.get("max_clock_graphics_mhz"),
                "max_memory": f.get("max_clock_mem_mhz"), "app_graphics": f.get("app_clock_graphics_mhz"),
                "clock_graphics": f.get("clock_graphics_mhz"), "clock_event_reasons": f.get("clock_event_reasons"),
-               "persistence": bool(f.get("persistence_mode"))}
+               "persistence": bool(f.get("persistence_mode")), "uuid": f.get("uuid")}
         gpu.update(changes)
         out.append(gpu)
     return out
@@ -61,3 +61,15 @@ def test_a_gpu_held_below_its_lock_by_a_named_reason_is_not_drift():
     assert held["drifted"] == [] and held["drift_reasons"] == []
     lost = plan(gpus_of("dual-rtx-a5000.nvidia-smi-q.xml", clock_graphics=lock - 300, clock_event_reasons=["gpu_idle"]))
     assert lost["drifted"] == [0, 1] and "no power or thermal reason holds it below" in lost["drift_reasons"][0]
+
+
+def test_the_plan_names_each_gpu_by_uuid_for_the_boot_script():
+    """The boot script applies each line with `nvidia-smi -i <id>`: a UUID stays with its GPU when another falls
+    off the bus and the indexes shift."""
+    a5000 = gpus_of("dual-rtx-a5000.nvidia-smi-q.xml")
+    result = plan(a5000)
+    assert [p["uuid"] for p in result["plan"]] == [g["uuid"] for g in a5000] and all(g["uuid"] for g in a5000)
+    template = (REPO / "roles" / "gpu_clocks" / "templates" / "clocks.conf.j2").read_text()
+    import jinja2
+    text = jinja2.Environment().from_string(template).render(gpu_clocks_plan=result)
+    assert [line.split()[0] for line in text.splitlines() if line.strip() and not line.startswith("#")] == [g["uuid"] for g in a5000]

@@ -265,12 +265,15 @@ def test_the_boot_script_applies_every_gpu_past_one_that_refuses(node):
     assert done.returncode == 0
     conf = node_exec(NODE, "cat", "/etc/gpuprep/clocks.conf", check=True).stdout
     node_exec(NODE, "nvidia-smi", "-rgc", check=True)                        # a driver reload lost the locks
-    stale = conf.replace("\n0 locked", "\n7 locked", 1)          # GPU 0's line now names a GPU that is gone
+    first = next(line.split()[0] for line in conf.splitlines() if line.startswith("GPU-"))
+    assert [g["uuid"] for g in _gpus_on_node()][0] == first           # by UUID: indexes shift when a GPU is lost
+    gone = "GPU-00000000-0000-0000-0000-000000000007"
+    stale = conf.replace(first, gone, 1)                             # GPU 0's line now names a GPU that is gone
     node_exec(NODE, "sh", "-c", f"cat > /etc/gpuprep/clocks.conf <<'EOF'\n{stale}EOF", check=True)
     try:
         done = node_exec(NODE, "/usr/local/sbin/gpuprep-apply-clocks")
         assert done.returncode == 1
-        assert "GPU 7 refused -lgc" in done.stderr and "No devices were found" in done.stderr
+        assert f"GPU {gone} refused -lgc" in done.stderr and "No devices were found" in done.stderr
         assert _gpus_on_node()[1]["clock_graphics_mhz"] == 2100             # the GPU after the refusal: applied
     finally:
         node_exec(NODE, "sh", "-c", f"cat > /etc/gpuprep/clocks.conf <<'EOF'\n{conf}EOF", check=True)

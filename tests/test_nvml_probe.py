@@ -214,7 +214,8 @@ def test_sampler_reads_a_real_capture(tmp_path):
     (reading,) = nvml_stub.samples(_configure(tmp_path, snap), index=3)
     assert reading["clock_sm_mhz"] == snap.gpus[3].clock_sm_mhz
     assert reading["ecc_volatile_uncorrected"] == 0 and reading["clock_event_reasons"] == ["gpu_idle"]
-    assert reading["power_limit_w"] == snap.gpus[3].power_enforced_limit_w and "failure" not in reading
+    assert reading["power_limit_w"] == snap.gpus[3].power_enforced_limit_w == 700.0 and "failure" not in reading
+    assert reading["max_sm_clock_mhz"] == 1980 and reading["pci_bus_id"] == snap.gpus[3].pci_bus_id
 
 
 def test_sampler_finds_a_gpu_by_cudas_uuid_and_a_mig_instance_by_its_parent(tmp_path):

@@ -110,9 +110,26 @@ def preflight(nnodes: int, node_rank: int, master: Optional[str], resolve_timeou
                                f"rendezvous as node rank 0 ({exc.strerror}): choose another port") from None
 
 
-def torch_available() -> bool:
-    import importlib.util
-    return importlib.util.find_spec("torch") is not None
+# large enough for ring all-reduce to reach its plateau on NVLink (the expectations in data/busbw.csv are for
+# 8-16 GiB); the worker lowers it on GPUs with little memory
+NCCL_SWEEP_MAX_MIB = 4096
+TORCH_FLOOR = (2, 4)     # init_process_group(device_id=) is 2.2; is_bf16_supported(including_emulation=) 2.4
+
+
+def torch_problem(version: Optional[str] = None) -> Optional[str]:
+    """Why this machine's PyTorch cannot run the worker, or None. Read from the installed distribution's metadata,
+    so checking costs no torch import."""
+    if version is None:
+        from importlib import metadata
+        try:
+            version = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            return "PyTorch is not installed: pip install 'gpuprep[burnin]' (or torch) to run the burn-in"
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match and (int(match.group(1)), int(match.group(2))) < TORCH_FLOOR:
+        return (f"PyTorch {version} is older than the burn-in needs ({TORCH_FLOOR[0]}.{TORCH_FLOOR[1]}): "
+                "pip install -U 'gpuprep[burnin]'")
+    return None
 
 
 def detect_gpus() -> int:
@@ -161,11 +178,11 @@ def launch(duration: float, nproc: int, backend: str, env: Optional[Dict[str, st
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
             "--max-restarts", "0", *rendezvous,
             "-m", "gpuprep.burnin.worker", "--duration", str(duration), "--out", out_dir,
-            "--backend", backend, "--timeout", str(collective_timeout), "--max-mib", "16" if backend == "gloo" else "256"]
+            "--backend", backend, "--timeout", str(collective_timeout),
+            "--max-mib", "16" if backend == "gloo" else str(NCCL_SWEEP_MAX_MIB)]
     child_env = dict(os.environ)
     child_env.update(nccl_env_file())
     child_env.setdefault("OMP_NUM_THREADS", "1")
-    child_env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
     child_env.update(env or {})
     xids_before = _xids()
     start = time.monotonic()

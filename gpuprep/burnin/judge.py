@@ -140,11 +140,12 @@ def _bandwidth(complete: List[dict]) -> List[Finding]:
     if row is None or not sweep:
         return []
     measured, expected = sweep[-1]["busbw_gbs"], float(row["expected_busbw_gbs"])
-    evidence = {"busbw_gbs": round(measured, 1), "expected_gbs": expected, "bytes": sweep[-1]["bytes"]}
+    evidence = {"busbw_gbs": round(measured, 1), "expected_gbs": expected, "bytes": sweep[-1]["bytes"],
+                "expected_algorithm": row["algorithm"], "expected_at_bytes": int(row["message_bytes"])}
     if measured < BANDWIDTH_FLOOR * expected:
         return [Finding("burnin.bandwidth", "warn", "run",
                         f"All-reduce busbw {measured:.0f} GB/s is below {BANDWIDTH_FLOOR:.0%} of the expected "
-                        f"{expected:.0f} GB/s for {world}x {model['product']}", evidence,
+                        f"{expected:.0f} GB/s ({row['algorithm']}) for {world}x {model['product']}", evidence,
                         "Check NVLink state (`nvidia-smi nvlink --status`), fabric manager, and NCCL_* overrides",
                         row["source"])]
     return [Finding("burnin.bandwidth", "pass", "run", f"All-reduce busbw {measured:.0f} GB/s "

@@ -5,7 +5,7 @@ so it runs near its power limit (per-step compute time measured under `no_sync`,
 as itself and not as everyone's wait), an all-reduce sweep with nccl-tests' bandwidth definitions, and
 a memory pattern check over most of the free memory. Results go to one JSON file per rank.
 
-CUDA calls, checked against torch 2.13's API: torch.cuda.set_device before init_process_group, which
+CUDA calls, checked against torch 2.13's API (the floor is 2.4, burnin.TORCH_FLOOR): torch.cuda.set_device before init_process_group, which
 gets device_id (binds NCCL's communicator to this GPU eagerly; barriers need no device guess);
 get_device_properties -> name, major/minor, multi_processor_count, total_memory, uuid;
 is_bf16_supported(including_emulation=False) (the default True says yes on Volta/Turing, which only
@@ -27,6 +27,27 @@ SWEEP_WARMUP = 5
 SWEEP_TRIAL_MAX_S = 0.1      # long enough to average many calls, short enough for the budget
 SWEEP_MIN_ITERATIONS, SWEEP_MAX_ITERATIONS = 3, 2000
 SWEEP_SHARE = 0.3            # of --duration, for the whole sweep
+SWEEP_MEMORY_SHARE = 16      # the largest all-reduce message: at most 1/16 of the GPU's memory
+OTHER_COLLECTIVES_MIB = 256  # all-gather / reduce-scatter at one size (a full copy per rank for all-gather)
+LEARNING_RATE = 1e-3
+
+
+def build_model(torch, width: int, layers: int):
+    """The load: square bias-free Linear layers with ReLUs between. He initialisation keeps the activations'
+    scale through the stack; nn.Linear's default init shrinks it about 2.4x a layer, so on a deep fp16 stack the
+    output and its gradient underflowed to zero and the GEMMs multiplied zeros, below the GPU's power limit."""
+    stack = []
+    for _ in range(layers):
+        linear = torch.nn.Linear(width, width, bias=False)
+        torch.nn.init.kaiming_normal_(linear.weight, nonlinearity="relu")
+        stack += [linear, torch.nn.ReLU()]
+    return torch.nn.Sequential(*stack[:-1])
+
+
+def training_loss(output):
+    """Sum over the features, mean over the batch: d loss / d output = 2 * output / rows, well inside fp16's
+    range (a mean over every element divided it by rows * width as well, ~1e-10 on a V100-sized load)."""
+    return output.float().pow(2).sum() / output.shape[0]
 
 
 def _test_hooks(rank: int):
@@ -80,22 +101,25 @@ def main() -> None:
                                   max_sm_clock_mhz=(monitor.before or {}).get("max_sm_clock_mhz")))
         bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
         autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16 if bf16 else torch.float16)
+        # fp16 (Volta/Turing) has 5 exponent bits: without loss scaling small gradients flush to zero
+        scaler = torch.amp.GradScaler("cuda", enabled=not bf16)
+        max_mib = min(args.max_mib, props.total_memory // SWEEP_MEMORY_SHARE >> 20)
     else:
         plan = cpu_load()
         autocast = torch.autocast(device_type="cpu", enabled=False)
+        scaler = torch.amp.GradScaler("cpu", enabled=False)
+        max_mib = args.max_mib
     result["load"] = plan.to_dict()
 
     deadline_train = time.monotonic() + args.duration * 0.5
     torch.manual_seed(1234)
-    layers = []
-    for _ in range(plan.layers):
-        layers += [torch.nn.Linear(plan.width, plan.width, bias=False), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers[:-1]).to(device)
+    model = build_model(torch, plan.width, plan.layers).to(device)
     ddp = DDP(model, device_ids=[local_rank] if use_cuda else None)
-    optimiser = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    optimiser = torch.optim.SGD(ddp.parameters(), lr=LEARNING_RATE)
     batch = torch.randn(plan.batch, plan.width, device=device)
     compute_ms, step_ms = [], []
     steps = 0
+    loss = None          # a run whose training deadline passed during setup takes no step
     if monitor is not None:
         monitor.phase("training")
     while True:
@@ -109,8 +133,8 @@ def main() -> None:
         start = time.perf_counter()
         with ddp.no_sync():
             with autocast:
-                loss = ddp(batch).float().pow(2).mean()
-            loss.backward()
+                loss = training_loss(ddp(batch))
+            scaler.scale(loss).backward()
         if slow:
             time.sleep(0.03)
         if use_cuda:
@@ -119,9 +143,10 @@ def main() -> None:
         start = time.perf_counter()
         optimiser.zero_grad(set_to_none=True)
         with autocast:
-            loss = ddp(batch).float().pow(2).mean()
-        loss.backward()
-        optimiser.step()
+            loss = training_loss(ddp(batch))
+        scaler.scale(loss).backward()
+        scaler.step(optimiser)
+        scaler.update()
         if use_cuda:
             torch.cuda.synchronize()
         step_ms.append((time.perf_counter() - start) * 1000)
@@ -131,16 +156,16 @@ def main() -> None:
     if monitor is not None:
         monitor.phase("collectives")
     # the load's memory goes back to the GPU before the memory check sizes itself from what is free
-    del ddp, model, optimiser, batch, loss, layers
+    del ddp, model, optimiser, batch, loss
     result["steps"] = steps
     result["compute_ms"] = [round(v, 3) for v in compute_ms]
     result["step_ms"] = [round(v, 3) for v in step_ms]
 
     progress("all-reduce sweep", 0.0)
-    result["allreduce"] = _sweep(torch, dist, device, world, args.max_mib, use_cuda,
-                                  args.duration * SWEEP_SHARE)
+    result["allreduce"] = _sweep(torch, dist, device, world, max_mib, use_cuda, args.duration * SWEEP_SHARE)
     progress("all-gather / reduce-scatter", 0.0)
-    result["collectives"] = _other_collectives(torch, dist, device, world, args.max_mib, use_cuda)
+    result["collectives"] = _other_collectives(torch, dist, device, world, min(max_mib, OTHER_COLLECTIVES_MIB),
+                                               use_cuda)
     progress("memory check", 0.0)
     if monitor is not None:
         monitor.phase("memory")
@@ -278,7 +303,9 @@ def run_memory_check(torch, device, use_cuda, requested_bytes=0):
     if requested_bytes:
         size = requested_bytes
     elif use_cuda:
-        torch.cuda.empty_cache()
+        import gc
+        gc.collect()                 # the training phase's objects (autograd graphs, DDP buckets) free their memory
+        torch.cuda.empty_cache()     # ... which the caching allocator then gives back
         free, _total = torch.cuda.mem_get_info(device)
         size = memory_check_bytes(free)
     else:
@@ -294,21 +321,25 @@ def run_memory_check(torch, device, use_cuda, requested_bytes=0):
                         sync=sync)
 
 
+WORD_BYTES = 8      # 64-bit words: every bit of the word is driven (an int32 random_() never sets bit 31)
+
+
 def memory_check(torch, device, buffer_bytes, chunk_bytes, seed=0x5EED, after_write=None, sync=lambda: None):
     """Fill one buffer with each pattern, then verify it in place, chunk by chunk; report the bad words.
 
     Peak extra memory: the buffer plus one chunk. Each chunk's expected words are generated into one
     scratch chunk, XORed in place with what memory holds, and the differing words counted there, so no
-    operation allocates a full-size temporary. Patterns: all zeros, all ones, walking ones (1 << i%32),
-    each word's own index (its address), and a seeded pseudo-random sequence."""
+    operation allocates a full-size temporary. Patterns over 64-bit words: all zeros, all ones, walking ones
+    (1 << i%64), each word's own index (its address, unique over the whole buffer, so a fault that aliases two
+    addresses 4 GiB apart shows), and a seeded pseudo-random sequence over the full 64 bits."""
     start = time.perf_counter()
-    chunk = max(32, chunk_bytes // 4 // 32 * 32)            # int32 words, a multiple of the walking-ones period
-    words = buffer_bytes // 4 // chunk * chunk
+    chunk = max(64, chunk_bytes // WORD_BYTES // 64 * 64)    # words, a multiple of the walking-ones period
+    words = buffer_bytes // WORD_BYTES // chunk * chunk
     if words == 0:
         return {"bytes": 0, "ok": True, "skipped": "no memory left to check"}
-    buf = torch.empty(words, dtype=torch.int32, device=device)
-    scratch = torch.empty(chunk, dtype=torch.int32, device=device)
-    walking = torch.tensor([(1 << i) - (1 << 32 if i == 31 else 0) for i in range(32)], dtype=torch.int32,
+    buf = torch.empty(words, dtype=torch.int64, device=device)
+    scratch = torch.empty(chunk, dtype=torch.int64, device=device)
+    walking = torch.tensor([(1 << i) - (1 << 64 if i == 63 else 0) for i in range(64)], dtype=torch.int64,
                            device=device)
     generator = torch.Generator(device=device)
 
@@ -316,13 +347,13 @@ def memory_check(torch, device, buffer_bytes, chunk_bytes, seed=0x5EED, after_wr
         if pattern in ("zeros", "ones"):
             scratch.fill_(0 if pattern == "zeros" else -1)
         elif pattern == "walking_ones":
-            scratch.view(-1, 32).copy_(walking.expand(chunk // 32, 32))
+            scratch.view(-1, 64).copy_(walking.expand(chunk // 64, 64))
         elif pattern == "address":
-            torch.arange(chunk, out=scratch)
-            scratch.add_(lo % (1 << 30))                    # < 2**31: no int32 overflow
+            torch.arange(chunk, out=scratch)                 # arange(lo, lo + chunk) allocates a temporary
+            scratch.add_(lo)
         else:
             generator.manual_seed(seed + lo // chunk)
-            scratch.random_(generator=generator)
+            scratch.random_(-(1 << 63), None, generator=generator)    # torch's full 64-bit range
         return scratch
 
     rows = []
@@ -335,16 +366,16 @@ def memory_check(torch, device, buffer_bytes, chunk_bytes, seed=0x5EED, after_wr
         bad, first = 0, None
         for lo in range(0, words, chunk):
             diff = expected(pattern, lo).bitwise_xor_(buf[lo:lo + chunk]).ne_(0)
-            count = int(diff.sum(dtype=torch.int32).item())     # a plain sum() casts to an int64 copy
+            count = int(diff.sum(dtype=torch.int32).item())     # a plain sum() makes an int64 copy of the mask
             if count:
                 bad += count
                 if first is None:
                     first = lo + int(torch.argmax(diff).item())
         rows.append({"pattern": pattern, "bad_words": bad, "first_bad_word": first})
     failing = [r for r in rows if r["bad_words"]]
-    return {"bytes": words * 4, "chunk_bytes": chunk * 4, "ok": not failing, "patterns": rows,
+    return {"bytes": words * WORD_BYTES, "chunk_bytes": chunk * WORD_BYTES, "ok": not failing, "patterns": rows,
             "bad_words": sum(r["bad_words"] for r in rows),
-            "first_bad_offset": failing[0]["first_bad_word"] * 4 if failing else None,
+            "first_bad_offset": failing[0]["first_bad_word"] * WORD_BYTES if failing else None,
             "seconds": round(time.perf_counter() - start, 3)}
 
 

@@ -60,7 +60,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 plan:
-  description: One entry per GPU, C(index), C(name), C(method) (locked or application), C(graphics), C(memory), C(lock_memory) and C(power).
+  description: One entry per GPU, C(index), C(uuid), C(name), C(method) (locked or application), C(graphics), C(memory), C(lock_memory) and C(power).
   type: list
   elements: dict
   returned: success
@@ -121,8 +121,9 @@ def plan_gpu(gpu, request, power, table):
         method = "app"
     else:
         method = "none"
-    return {"index": gpu["index"], "name": gpu.get("name"), "method": method, "graphics": graphics,
-            "memory": memory, "lock_memory": locked_memory and method == "locked", "power": power}, None
+    return {"index": gpu["index"], "uuid": gpu.get("uuid"), "name": gpu.get("name"), "method": method,
+            "graphics": graphics, "memory": memory, "lock_memory": locked_memory and method == "locked",
+            "power": power}, None
 
 
 def main():
