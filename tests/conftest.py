@@ -19,6 +19,30 @@ def capture_files():
     return sorted(p.name for p in CORPUS.iterdir() if p.is_file() and p.suffix in (".txt", ".xml"))
 
 
+def host_gpus() -> int:
+    """NVIDIA GPUs this machine has (nvidia-smi -L): tests that assume none, or need one, say which."""
+    import shutil
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
+
+
+HOST_GPUS = host_gpus()
+needs_no_gpu = pytest.mark.skipif(HOST_GPUS > 0, reason="asserts what a host without NVIDIA GPUs does")
+
+
+def pytest_collection_modifyitems(config, items):
+    # `pytest -m gpu` is the acceptance kit for a machine with NVIDIA GPUs; elsewhere those tests skip
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (nvidia-smi -L lists none)")
+    for item in items:
+        if "gpu" in item.keywords and HOST_GPUS == 0:
+            item.add_marker(skip)
+
+
 def run_cli(*args, env=None, timeout=120):
     full_env = dict(os.environ)
     full_env.update(env or {})

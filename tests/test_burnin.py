@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 @pytest.mark.slow
 def test_two_rank_cpu_burnin_passes_with_numbers(tmp_path):
     report = tmp_path / "report.json"
-    done = run_cli("burnin", "--duration", "10s", "--json", "-o", str(report), timeout=120)
+    done = run_cli("burnin", "--backend", "gloo", "--duration", "10s", "--json", "-o", str(report), timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads(report.read_text())
     assert doc["verdict"] == "pass" and doc["backend"] == "gloo" and doc["world_size"] == 2
@@ -57,7 +57,7 @@ def assert_burnin_formats(doc):
 def test_burnin_html_report_draws_bandwidth_and_step_times(tmp_path):
     from test_formats import colour_share, screenshot
     page = tmp_path / "burnin.html"
-    done = run_cli("burnin", "--duration", "10s", "-o", str(page), timeout=120)     # .html -> the HTML page
+    done = run_cli("burnin", "--backend", "gloo", "--duration", "10s", "-o", str(page), timeout=120)   # .html: HTML
     assert done.returncode == 0, done.stderr
     dom = screenshot(page, tmp_path / "burnin.png")
     assert dom.count('class="busbw"') == 2 and dom.count('class="step"') == 2      # one line and one bar per rank
@@ -105,7 +105,7 @@ def test_two_nodes_rendezvous_on_loopback():
     import subprocess
     import sys
     port = _free_port()
-    argv = [sys.executable, "-m", "gpuprep", "burnin", "--duration", "8s", "--nproc", "1", "--nnodes", "2",
+    argv = [sys.executable, "-m", "gpuprep", "burnin", "--backend", "gloo", "--duration", "8s", "--nproc", "1", "--nnodes", "2",
             "--master", f"127.0.0.1:{port}", "--json"]
     nodes = [subprocess.Popen(argv + ["--node-rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for r in (0, 1)]
@@ -121,7 +121,7 @@ def test_two_nodes_rendezvous_on_loopback():
 @pytest.mark.slow
 def test_impossible_rendezvous_fails_within_its_timeout():
     port = _free_port()          # nobody will host the store there
-    done = run_cli("burnin", "--duration", "5s", "--nproc", "1", "--nnodes", "2", "--node-rank", "1",
+    done = run_cli("burnin", "--backend", "gloo", "--duration", "5s", "--nproc", "1", "--nnodes", "2", "--node-rank", "1",
                    "--master", f"127.0.0.1:{port}", "--rdzv-timeout", "8", "--json", timeout=120)
     assert done.returncode == 1       # the subprocess timeout above bounds a hang
     doc = json.loads(done.stdout)
@@ -138,7 +138,7 @@ def test_burnin_across_an_inventory_of_two_local_nodes(tmp_path):
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"node-a": {"ansible_host": "127.0.0.1"}, "node-b": {}},
                                                  "vars": {"ansible_connection": "local",
                                                           "ansible_python_interpreter": sys.executable}}}))
-    done = run_cli("burnin", "-i", str(inventory), "--duration", "8s", "--nproc", "1",
+    done = run_cli("burnin", "-i", str(inventory), "--backend", "gloo", "--duration", "8s", "--nproc", "1",
                    "--master", f"127.0.0.1:{port}", "--json", timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = json.loads(done.stdout)

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from conftest import capture_files, corpus, run_cli
+from conftest import capture_files, corpus, needs_no_gpu, run_cli
 
 # What a GPU engineer reading each capture would raise (fail/warn ids), written down per capture after
 # reading it; everything else in a report is a pass or info. A capture missing here fails the test.
@@ -94,6 +94,7 @@ def test_terminal_report_on_a_combined_host():
     assert "\033[" not in done.stdout          # no colour when not a TTY
 
 
+@needs_no_gpu
 def test_check_on_this_gpu_less_host():
     done = run_cli("check", "--no-docker")
     assert done.returncode == 0, done.stderr

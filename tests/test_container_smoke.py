@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO, needs_no_gpu, run_cli
 from gpuprep.importers import import_files
 from gpuprep.module_utils.gpuprep_container_smoke import (
     judge_limits, parse_gpu_list, parse_ldd, parse_limits, smoke,
@@ -120,6 +120,7 @@ def test_real_docker_without_the_toolkit_fails_the_smoke_test_and_reports_its_li
 
 @pytest.mark.docker
 @pytest.mark.skipif(not docker_ready(), reason="needs Docker (.ci/docker-setup.sh)")
+@needs_no_gpu
 def test_check_deep_on_this_host_reports_the_limits_and_no_smoke_pass_without_gpus():
     done = run_cli("check", "--deep", "--only", "container", "--json", "-v")
     document = json.loads(done.stdout)
