@@ -149,11 +149,12 @@ def gather(inventory: str, limit: Optional[str], forks: Optional[int],
     its snapshot. Returns (members, outcome)."""
     from .ansible.runner import ApplyRequest, run
     from .zipapp import probe_zipapp
-    variables = {"gpuprep_probe_pyz": probe_zipapp(), **(extravars or {})}
+    variables = {"gpuprep_probe_pyz": probe_zipapp()}
     # Ansible's own strategy: the probe runs through `script`, which needs no Python on the host to start,
     # so a host without python3 is reported as such instead of failing Mitogen's bootstrap.
     outcome = run(ApplyRequest(playbook="check.yml", inventory=inventory, limit=limit, forks=forks,
-                               extravars=variables, mitogen=False, connection=connection), on_update)
+                               internal_vars=variables, extravars=extravars, mitogen=False, connection=connection),
+               on_update)
     return [_gathered(name, outcome.state.hosts.get(name)) for name in outcome.hosts_in_inventory], outcome
 
 

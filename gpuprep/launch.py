@@ -11,23 +11,28 @@ from typing import Dict, List, Optional, Sequence
 
 from .errors import BadInput
 from .importers.values import compress_cpulist
+from .report import PLAN_SCHEMA
 from .plan import LaunchPlan, Rank, local_rank, make_plan, visible_gpus
 
 
 def load_plan(path: str) -> LaunchPlan:
+    from .importers import read_capture      # bounded: a regular file of at most 64 MiB
     try:
-        with open(path) as fh:
-            document = json.load(fh)
-    except OSError as exc:
-        raise BadInput(f"--plan {path}: {exc.strerror or exc}") from None
-    except ValueError:
+        document = json.loads(read_capture(path))
+    except BadInput as exc:
+        raise BadInput(f"--plan {exc}") from None
+    except (ValueError, RecursionError):
         raise BadInput(f"--plan {path}: not JSON (write it with gpuprep plan --json -o FILE)") from None
-    if not isinstance(document, dict) or not str(document.get("schema", "")).startswith("gpuprep.plan/"):
+    schema = document.get("schema") if isinstance(document, dict) else None
+    if not isinstance(schema, str) or not schema.startswith("gpuprep.plan/"):
         raise BadInput(f"--plan {path}: not a gpuprep plan document (gpuprep plan --json -o FILE)")
+    if schema != PLAN_SCHEMA:
+        raise BadInput(f"--plan {path}: schema {schema[:40]!r} is not {PLAN_SCHEMA!r}, the one this gpuprep reads "
+                       "(plan again with this version)")
     try:
         return LaunchPlan.from_dict(document)
-    except (KeyError, TypeError) as exc:
-        raise BadInput(f"--plan {path}: damaged plan document ({exc})") from None
+    except BadInput as exc:
+        raise BadInput(f"--plan {path}: {exc}") from None
 
 
 def rank_plan(plan_file: Optional[str], mode: str, environ: Dict[str, str]) -> Rank:

@@ -1,29 +1,68 @@
-"""Files gpuprep writes for the user: the destination is checked before the work starts, and the file
-is replaced atomically (temp file beside it, fsync, rename), so a full disk or an interrupt never
-leaves a truncated file where a good one was."""
+"""Files gpuprep writes for the user, through one writer: the destination is checked before the work starts; a
+regular file is replaced atomically (temp file beside it, fsync, rename), so a full disk or an interrupt never
+leaves a truncated file where a good one was; a device, pipe or terminal (/dev/null, /dev/stdout, a FIFO) is
+written through, never replaced by a regular file; a new file gets the mode the umask allows (an existing one
+keeps its own); a file this process read as input is never overwritten; and a failed write is an error, not a
+quiet exit 0."""
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
+from typing import Set
 
 from .errors import BadInput
+
+# every file this process read as input (importers.read_capture adds to it): never an output
+INPUTS: Set[str] = set()
+
+
+def note_input(path: str) -> None:
+    INPUTS.add(os.path.realpath(path))
 
 
 def check_destination(path: str, option: str = "-o") -> str:
     """The absolute path, or BadInput naming why nothing could be written there."""
     target = os.path.abspath(path)
+    if os.path.realpath(target) in INPUTS:
+        raise BadInput(f"{option} {path}: is also an input of this command; write the report elsewhere")
     if os.path.isdir(target):
         raise BadInput(f"{option} {path}: is a directory")
     parent = os.path.dirname(target)
     if not os.path.isdir(parent):
         raise BadInput(f"{option} {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
+    if not _special(target) and not os.access(parent, os.W_OK | os.X_OK):
         raise BadInput(f"{option} {path}: directory {parent} is not writable")
     return target
 
 
+def _special(target: str) -> bool:
+    """An existing destination that is not a regular file (a device, FIFO or socket, through any symlink)."""
+    try:
+        return not stat.S_ISREG(os.stat(target).st_mode)
+    except OSError:
+        return False
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str, text: str, option: str = "-o") -> None:
     target = check_destination(path, option)
+    try:
+        if _special(target):
+            with open(target, "w", encoding="utf-8") as fh:     # written through: /dev/null stays a device
+                fh.write(text)
+            return
+        _replace(target, text)
+    except OSError as exc:
+        raise BadInput(f"{option} {path}: cannot write ({exc.strerror or exc}); nothing was changed there") from None
+
+
+def _replace(target: str, text: str) -> None:
     fd, temp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", dir=os.path.dirname(target))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -33,11 +72,11 @@ def write_atomic(path: str, text: str, option: str = "-o") -> None:
         if os.path.exists(target):
             os.chmod(temp, os.stat(target).st_mode & 0o7777)
         else:
-            os.chmod(temp, 0o644)
+            os.chmod(temp, 0o666 & ~_umask())
         os.replace(temp, target)
-    except OSError as exc:
+    except BaseException:
         try:
             os.unlink(temp)
         except OSError:
             pass
-        raise BadInput(f"{option} {path}: cannot write ({exc.strerror or exc}); nothing was changed there") from None
+        raise

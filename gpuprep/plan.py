@@ -62,8 +62,55 @@ class LaunchPlan:
 
     @classmethod
     def from_dict(cls, data: dict) -> "LaunchPlan":
-        ranks = [Rank(**{k: v for k, v in r.items() if k != "cpulist"}) for r in data["ranks"]]
-        return cls(data["host"], data["mode"], ranks, [], list(data.get("notes", [])), data.get("torchrun"))
+        """A saved plan, checked field by field: it comes from a file (possibly on a shared file system) and
+        `gpuprep launch` acts on it, so a field of the wrong type, an environment variable the planner never sets
+        (LD_PRELOAD, PATH) or a bad value is refused with its JSON path, never applied."""
+        _expect(data, "", dict)
+        ranks = _expect(data.get("ranks"), "ranks", list)
+        return cls(_expect(data.get("host"), "host", str), _expect(data.get("mode"), "mode", str),
+                   [_rank_from(r, f"ranks[{i}]") for i, r in enumerate(ranks)], [],
+                   [str(n) for n in _expect(data.get("notes", []), "notes", list)],
+                   data.get("torchrun") if isinstance(data.get("torchrun"), str) else None)
+
+
+# the only variables a plan sets (_env below); a saved plan naming any other is refused
+PLAN_ENV = frozenset({"OMP_NUM_THREADS", "MKL_NUM_THREADS", "GPUPREP_DATALOADER_WORKERS", "CUDA_DEVICE_ORDER",
+                      "NCCL_IB_HCA"})
+_RANK_FIELDS = {"local_rank": int, "gpu": (int, type(None)), "bus_id": (str, type(None)),
+                "numa_node": (int, type(None)), "cpus": list, "physical_cores": int,
+                "memory_node": (int, type(None)), "nic": (str, type(None)), "nic_path": (str, type(None)),
+                "dataloader_workers": int, "env": dict}
+
+
+def _expect(value, path: str, kind):
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise BadInput(f"{path or 'the document'}: expected {_kind_name(kind)}, got {type(value).__name__}")
+    return value
+
+
+def _kind_name(kind) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({int: "a whole number", str: "text", list: "a list", dict: "an object",
+                        type(None): "null"}[k] for k in kinds)
+
+
+def _rank_from(data, path: str) -> Rank:
+    from .module_utils.gpuprep_ncclenv import validate
+    _expect(data, path, dict)
+    fields = {}
+    for name, kind in _RANK_FIELDS.items():
+        fields[name] = _expect(data.get(name), f"{path}.{name}", kind)
+    for i, cpu in enumerate(fields["cpus"]):
+        if not isinstance(cpu, int) or isinstance(cpu, bool) or not 0 <= cpu < 1 << 16:
+            raise BadInput(f"{path}.cpus[{i}]: expected a CPU number, got {cpu!r}")
+    env = fields["env"]
+    for key in env:
+        if key not in PLAN_ENV:
+            raise BadInput(f"{path}.env.{key}: a plan sets only {', '.join(sorted(PLAN_ENV))}")
+    problems = validate(env)
+    if problems:
+        raise BadInput(f"{path}.env: {problems[0]}")
+    return Rank(**fields)
 
 
 @dataclass
@@ -390,11 +437,11 @@ def plan_findings(host: str, snap: Snapshot, ranks: List[Rank], numa: Dict[int, 
     return findings
 
 
-_RANK_ENV = re.compile(r"^\d+$")
+_RANK_ENV = re.compile(r"[0-9]{1,6}")
 
 
 def local_rank(environ: Dict[str, str]) -> int:
     value = environ.get("LOCAL_RANK", "0")
-    if not _RANK_ENV.match(value):
+    if not _RANK_ENV.fullmatch(value):
         raise BadInput(f"LOCAL_RANK={value!r}: expected a whole number (torchrun sets it)")
     return int(value)

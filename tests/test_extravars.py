@@ -92,3 +92,31 @@ def test_run_timeout_cancels_a_hung_run_and_says_where_each_host_was(tmp_path):
     left = [p.pid for p in psutil.process_iter(["cmdline"])
             if str(hung) in " ".join(p.info["cmdline"] or []) or p.info["cmdline"] == ["sleep", "607"]]
     assert left == []
+
+
+def test_no_encoding_of_any_e_value_survives_in_output_or_artifacts(tmp_path):
+    """Values with quotes and backslashes, non-ASCII text and a bare number: none may be recovered from the run's
+    artifacts or the -vvvv stream in any encoding (raw, JSON, JSON inside JSON as the `command` artifact holds
+    it, Python repr); gpuprep's own variables are not redacted."""
+    import json
+    import os
+    import secrets
+
+    from conftest import run_cli
+    tag = secrets.token_hex(4)
+    values = {"q": f'say "hi" {tag}', "b": f"C:\\dir\\{tag}", "u": f"geheim-ß-ключ-{tag}",
+              "n": int("7" + str(int(tag, 16))[:8])}
+    extra = json.dumps({f"gpuprep_test_{k}": v for k, v in values.items()})
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    done = run_cli("apply", "--local", "--check", "--tags", "nccl_env", "-e", extra, "-vvvv", env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    forms = set()
+    for value in values.values():
+        text = str(value)
+        for form in (text, json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1], repr(text)[1:-1]):
+            forms |= {form, json.dumps(form)[1:-1], json.dumps(form, ensure_ascii=False)[1:-1]}
+    seen = [done.stderr + done.stdout]
+    for folder, _, names in os.walk(tmp_path / "state"):
+        seen += [open(os.path.join(folder, name), errors="replace").read() for name in names]
+    leaked = [form for form in forms if len(form) >= 3 and any(form in text for text in seen)]
+    assert leaked == []

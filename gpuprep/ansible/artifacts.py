@@ -14,7 +14,8 @@ MIN_LENGTH = 3          # shorter strings ("1", "on") would blot out unrelated t
 
 
 def secret_strings(extravars: Dict[str, object]) -> List[str]:
-    """Every string leaf of the user's -e values, longest first (so a value containing another goes first)."""
+    """Every leaf of the user's -e values as text (strings and numbers alike: a numeric token is as secret),
+    longest first (so a value containing another goes first)."""
     found: Set[str] = set()
 
     def walk(value: object) -> None:
@@ -24,6 +25,8 @@ def secret_strings(extravars: Dict[str, object]) -> List[str]:
         elif isinstance(value, (list, tuple)):
             for item in value:
                 walk(item)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and len(str(value)) >= MIN_LENGTH:
+            found.add(str(value))
         elif isinstance(value, str) and len(value.strip()) >= MIN_LENGTH:
             found.add(value)
             found.add(value.strip())
@@ -32,10 +35,12 @@ def secret_strings(extravars: Dict[str, object]) -> List[str]:
 
 
 def _forms(secret: str) -> Iterable[str]:
-    """The secret as written raw and as JSON writes it inside a string."""
-    yield secret
-    yield json.dumps(secret)[1:-1]
-    yield json.dumps(secret, ensure_ascii=False)[1:-1]
+    """The secret as it can appear in an artifact or Ansible's output: raw; as JSON writes it inside a string
+    (ASCII-escaped or not); as Python's repr writes it (Ansible's -vvvv); and each of those once more inside a JSON
+    string (ansible-runner's `command` artifact holds the -e JSON as a string of its own JSON)."""
+    once = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]}
+    twice = {json.dumps(form, ensure_ascii=ascii)[1:-1] for form in once for ascii in (True, False)}
+    return sorted(once | twice, key=len, reverse=True)
 
 
 def redact(text: str, secrets: List[str]) -> str:

@@ -64,7 +64,8 @@ class ApplyRequest:
     check: bool = False
     diff: bool = False
     forks: Optional[int] = None
-    extravars: Optional[Dict[str, object]] = None
+    extravars: Optional[Dict[str, object]] = None     # the user's -e values: secret, redacted everywhere
+    internal_vars: Optional[Dict[str, object]] = None   # gpuprep's own variables: written as they are
     local: bool = False
     mitogen: bool = True       # Mitogen's strategy when installed: one persistent interpreter per host
     connection: Optional[Connection] = None
@@ -276,6 +277,7 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
     except BadInput:
         shutil.rmtree(private, ignore_errors=True)
         raise
+    extravars.update(request.internal_vars or {})
     extravars.update(request.extravars or {})
     forks = request.forks or max(1, min(len(hosts), 50))
 

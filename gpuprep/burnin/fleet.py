@@ -26,7 +26,7 @@ def run_fleet(inventory: str, seconds: float, nproc: str, backend: str, master, 
             raise BadInput(f"--master {master!r} is not HOST:PORT")
         extravars.update(burnin_master_addr=host, burnin_port=int(port))
     start = time.monotonic()
-    outcome = run(ApplyRequest(playbook="burnin.yml", inventory=inventory, extravars=extravars,
+    outcome = run(ApplyRequest(playbook="burnin.yml", inventory=inventory, internal_vars=extravars,
                                forks=None, connection=connection))
     ranks, nodes, missing_hosts = {}, 0, []
     world = 0

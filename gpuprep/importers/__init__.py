@@ -84,6 +84,8 @@ def read_capture(path: str) -> str:
                 data = fh.read(MAX_CAPTURE_BYTES + 1)
         except OSError as exc:
             raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
+        from ..output import note_input
+        note_input(path)
     if len(data) > MAX_CAPTURE_BYTES:
         raise BadInput(f"{path}: larger than {MAX_CAPTURE_BYTES >> 20} MiB, not a capture")
     return decode_capture(data, path)

@@ -152,7 +152,11 @@ def to_json(document: dict) -> str:
 
 def render(document: dict, fmt: str, colour: bool = False, verbose: bool = False, drift_groups: bool = False) -> str:
     """The document in one of FORMATS. For text: ANSI colour, passing checks (`verbose`), and every group of
-    hosts behind each drifting fact (`drift_groups`) instead of the odd hosts only."""
+    hosts behind each drifting fact (`drift_groups`) instead of the odd hosts only. Every string in the document
+    is first made safe for the format (report/sanitize.py): node-supplied text never reaches a renderer raw."""
+    from .sanitize import CLEANERS, cleaned
+    if fmt in CLEANERS:
+        document = cleaned(document, CLEANERS[fmt])
     if fmt == "json":
         return to_json(document) + "\n"
     if fmt == "text":

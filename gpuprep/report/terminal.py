@@ -7,6 +7,7 @@ from typing import Iterable, List, Optional
 from ..rules import SEVERITY_RANK, Finding
 from ..snapshot import Snapshot
 from . import summary
+from .sanitize import terminal_line
 
 _COLOURS = {"fail": "31", "warn": "33", "info": "36", "pass": "32", "head": "1"}
 
@@ -20,7 +21,8 @@ class Writer:
         return f"\033[{_COLOURS[style]}m{text}\033[0m" if self.colour else text
 
     def line(self, text: str = "") -> None:
-        self.lines.append(text)
+        # node-supplied strings reach this line raw: escape their control characters (sanitize.py)
+        self.lines.append(terminal_line(text))
 
     def heading(self, text: str) -> None:
         self.line()

