@@ -246,6 +246,8 @@ def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, 
     if baseline or show_drift:
         raise BadInput("--baseline and --drift compare hosts: give -i INVENTORY or snapshots of several hosts")
     snap = _gather(list(sources), root, no_docker, allow_mixed, deep)
+    if facts_only and require_gpu:
+        raise BadInput("--facts-only judges nothing, so --require-gpu cannot fail it: drop one of them")
     if facts_only:
         if fmt == "text":
             from .report.terminal import render_facts_only
@@ -413,7 +415,7 @@ def _run_playbook(playbook, inventory, limit, local, forks, extra_vars, as_json,
     from .ansible.runner import ApplyRequest, parse_extravars, run
     from .ansible.view import line_view, live_view, summary_table
     request = ApplyRequest(playbook=playbook, inventory=inventory, limit=limit, local=local, forks=forks,
-                           extravars=parse_extravars(extra_vars), tags=_split(tags), skip_tags=_split(skip_tags),
+                           extravars=parse_extravars(extra_vars), tags=_split(tags), skip_tags=_split(skip_tags, "--skip-tags"),
                            check=check, diff=diff, mitogen=not no_mitogen, verbosity=verbosity, timeout=run_timeout)
     if request.local and request.inventory:
         from .errors import BadInput
@@ -444,8 +446,13 @@ def _run_playbook(playbook, inventory, limit, local, forks, extra_vars, as_json,
         sys.exit(EXIT_FAILED)
 
 
-def _split(values):
-    return [t.strip() for v in values for t in v.split(",") if t.strip()]
+def _split(values, option: str = "--tags"):
+    """Comma-separated names; an option given with nothing in it (`--tags ' , '`) is an error, never 'all'."""
+    names = [t.strip() for v in values for t in v.split(",") if t.strip()]
+    if values and not names:
+        from .errors import BadInput
+        raise BadInput(f"{option} {', '.join(map(repr, values))}: names no role (give role names, or leave it out)")
+    return names
 
 
 @cli.command()
@@ -510,6 +517,8 @@ def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_
         raise BadInput(f"--node-rank {node_rank} must be below --nnodes {nnodes}")
     if nnodes > 1 and not master:
         raise BadInput("--nnodes > 1 needs --master HOST:PORT (the rendezvous on node rank 0)")
+    if master and nnodes == 1 and not inventory:
+        raise BadInput("--master is for a multi-node run: give --nnodes N (and --node-rank), or -i INVENTORY")
     if inventory:
         from .burnin.fleet import run_fleet
         run = run_fleet(inventory, seconds, nproc, backend, master, rdzv_timeout, connection=_connection())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -316,9 +317,9 @@ class Snapshot:
     def from_dict(cls, data: dict, origin: str = "snapshot") -> "Snapshot":
         if not isinstance(data, dict) or "schema" not in data:
             raise BadInput(f"{origin}: not a gpuprep snapshot (no 'schema' field)")
-        schema = str(data["schema"])
+        schema = str(data["schema"])[:80]
         name, _, version = schema.partition("/")
-        if name != "gpuprep.snapshot" or not version.isdigit():
+        if name != "gpuprep.snapshot" or not re.fullmatch(r"[0-9]{1,4}", version):
             raise BadInput(f"{origin}: unknown snapshot schema {schema!r}")
         if int(version) > SCHEMA_MAJOR:
             raise BadInput(f"{origin}: snapshot schema {schema} is newer than this gpuprep reads "
@@ -334,6 +335,8 @@ class Snapshot:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise BadInput(f"{origin}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        except RecursionError:
+            raise BadInput(f"{origin}: JSON nested too deeply to be a snapshot") from None
         return cls.from_dict(data, origin)
 
     # -- helpers ----------------------------------------------------------------------
@@ -383,46 +386,61 @@ def normalize_bus_id(bus_id: str) -> str:
 
 # --- generic dataclass construction from JSON -----------------------------------------
 
-def build(tp, value):
-    """A dataclass `tp` from JSON-shaped `value`, every field's type checked (TypeError names the first bad one)."""
-    return _build(tp, value)
+_INT_LIMIT = 1 << 63      # no count, size or clock reaches it; a 400-digit number is damage, not data
 
 
-def _build(tp, value):
+def build(tp, value, path: str = ""):
+    """A dataclass `tp` from JSON-shaped `value`, every field's type checked: TypeError names the JSON path of the
+    first bad one ('gpus[2].temperature_c: expected int, got 'hot'')."""
+    return _build(tp, value, path)
+
+
+def _at(path: str, message: str) -> TypeError:
+    return TypeError(f"{path}: {message}" if path else message)
+
+
+def _build(tp, value, path: str = ""):
     if value is None:
         return None
     origin = typing.get_origin(tp)
     if origin is typing.Union:
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _build(inner[0], value)
+        return _build(inner[0], value, path)
     if origin in (list, List):
         (item,) = typing.get_args(tp)
         if not isinstance(value, list):
-            raise TypeError(f"expected a list, got {type(value).__name__}")
-        return [_build(item, v) for v in value]
+            raise _at(path, f"expected a list, got {type(value).__name__}")
+        if dataclasses.is_dataclass(item) and any(v is None for v in value):
+            raise _at(f"{path}[{value.index(None)}]", f"expected an object, got null")
+        return [_build(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
     if origin in (dict, Dict):
         _, item = typing.get_args(tp)
         if not isinstance(value, dict):
-            raise TypeError(f"expected an object, got {type(value).__name__}")
-        return {str(k): _build(item, v) for k, v in value.items()}
+            raise _at(path, f"expected an object, got {type(value).__name__}")
+        return {str(k): _build(item, v, f"{path}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise TypeError(f"{tp.__name__}: expected an object, got {type(value).__name__}")
+            raise _at(path, f"expected an object, got {type(value).__name__}")
         hints = _hints(tp)
         known = {f.name for f in dataclasses.fields(tp)}
         # a section written as null is an unknown section: its defaults (every field unknown), not None
-        kwargs = {k: _build(hints[k], v) for k, v in value.items()
+        kwargs = {k: _build(hints[k], v, f"{path}.{k}" if path else k) for k, v in value.items()
                   if k in known and not (v is None and dataclasses.is_dataclass(hints[k]))}
         try:
             return tp(**kwargs)
         except TypeError as exc:            # a required field missing
-            raise TypeError(f"{tp.__name__}: {exc}") from None
+            raise _at(path, f"{tp.__name__}: {exc}") from None
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) >= _INT_LIMIT:
+            raise _at(path, f"a number of {len(str(abs(value)))} digits is out of range")
         value = float(value)
     if tp in (int, float, str, bool) and (not isinstance(value, tp) or (tp is int and isinstance(value, bool))):
-        raise TypeError(f"expected {tp.__name__}, got {value!r}")
+        shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+        raise _at(path, f"expected {tp.__name__}, got {shown[:60]}")
+    if tp is int and abs(value) >= _INT_LIMIT:
+        raise _at(path, f"a number of {len(str(abs(value)))} digits is out of range")
     if tp in (int, float) and not math.isfinite(value):
-        raise TypeError(f"expected a finite number, got {value!r}")
+        raise _at(path, f"expected a finite number, got {value!r}")
     return value
 
 

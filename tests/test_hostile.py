@@ -146,3 +146,68 @@ def test_a_full_disk_is_a_failure_not_exit_0():
         pytest.skip("no /dev/full")
     done = run_cli("check", "--from", corpus(H100), "--format", "json", "-o", "/dev/full")
     _one_error_line(done, 2, r"/dev/full: cannot write")
+
+
+# ---------------------------------------------------------------------------- 5. wrong or silent results
+def test_empty_tag_lists_are_refused_not_taken_as_every_role():
+    for argv in (["apply", "--local", "--tags", " , "], ["revert", "--local", "--tags", ""],
+                 ["apply", "--local", "--skip-tags", ","]):
+        _one_error_line(run_cli(*argv), 2, r"names no role")
+
+
+def test_master_with_one_node_and_facts_only_with_require_gpu_are_refused():
+    _one_error_line(run_cli("burnin", "--master", "127.0.0.1:29500", "--duration", "10s"), 2, r"--master is for a multi-node")
+    _one_error_line(run_cli("check", "--require-gpu", "--facts-only", "--from", corpus(H100)), 2, r"--facts-only judges nothing")
+
+
+def test_an_nvidia_smi_table_cut_before_its_gpu_rows_is_not_healthy(tmp_path):
+    cut = tmp_path / "cut.txt"
+    cut.write_text("".join(open(corpus("h100-sxm-x8.nvidia-smi.txt")).readlines()[:7]))
+    _one_error_line(run_cli("check", "--from", str(cut)), 2, r"cut\.txt: the nvidia-smi table ends before its GPU rows")
+
+
+@pytest.mark.parametrize("torch, kind", [("2.5.1+cpu", "CPU-only"), ("2.5.1+rocm6.2", "ROCm")])
+def test_compat_says_a_cpu_or_rocm_wheel_cannot_use_the_gpus(torch, kind):
+    done = run_cli("compat", "--driver", "535.104.05", "--torch", torch, "--json")
+    assert done.returncode == 1, done.stderr
+    (finding,) = json.loads(done.stdout)["findings"]
+    assert finding["id"] == "compat.torch-cpu-only" and finding["severity"] == "fail" and kind in finding["title"]
+
+
+# ---------------------------------------------------------------------------- 6. malformed input named precisely
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["gpus"][2].update(temperature_c="hot"), r"gpus\[2\]\.temperature_c: expected int, got 'hot'"),
+    (lambda d: d.update(gpus=[None]), r"gpus\[0\]: expected an object, got null"),
+    (lambda d: d["gpus"][0].update(memory_total_mib=int("9" * 400)), r"gpus\[0\]\.memory_total_mib: a number of 400 digits"),
+    (lambda d: d["gpus"][0].update(index=True), r"gpus\[0\]\.index: expected int, got True"),
+    (lambda d: d.update(schema="gpuprep.snapshot/\u00b2"), r"unknown snapshot schema"),
+    (lambda d: d.update(schema="gpuprep.snapshot/" + "9" * 5000), r"unknown snapshot schema"),
+])
+def test_a_malformed_snapshot_names_the_file_and_the_field(tmp_path, change, message):
+    document = json.loads(run_cli("snapshot", "--from", corpus(H100)).stdout)
+    change(document)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(document))
+    _one_error_line(run_cli("check", "--from", str(path)), 2, r"bad\.json: .*" + message)
+
+
+def test_deeply_nested_json_is_bad_input(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text('{"schema": "gpuprep.snapshot/1", "gpus": ' + "[" * 50000 + "]" * 50000 + "}")
+    _one_error_line(run_cli("check", "--from", str(path)), 2, r"deep\.json: JSON nested too deeply")
+
+
+# ---------------------------------------------------------------------------- 7. resource exhaustion
+def test_a_yaml_alias_bomb_in_e_file_is_refused_before_it_expands(tmp_path):
+    bomb = tmp_path / "vars.yml"
+    rows = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    rows += [f"{n}: &{n} [{', '.join(['*' + p] * 9)}]" for p, n in zip("abcdefgh", "bcdefghi")]
+    bomb.write_text("\n".join(rows) + "\n")
+    _one_error_line(run_cli("apply", "--local", "--check", "-e", f"@{bomb}"), 2, r"aliases \(\*name\) are not accepted")
+
+
+def test_an_oversized_e_file_is_refused_unread(tmp_path):
+    big = tmp_path / "big.yml"
+    with open(big, "wb") as fh:
+        fh.truncate(1 << 30)                   # sparse: 1 GiB that costs no disk
+    _one_error_line(run_cli("apply", "--local", "--check", "-e", f"@{big}"), 2, r"larger than 16 MiB")

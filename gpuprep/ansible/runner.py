@@ -135,10 +135,27 @@ def parse_extravars(values: Sequence[str]) -> Dict[str, object]:
     return out
 
 
+MAX_VARS_BYTES = 16 << 20      # an -e @file: far above any real variables file
+
+
+def _no_aliases_loader():
+    """YAML's SafeLoader without aliases: `*name` references let a few lines expand to gigabytes once the values
+    are written out (the 'billion laughs'); variables files do not need them."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", event.start_mark)
+            return super().compose_node(parent, index)
+    return Loader
+
+
 def _mapping(text: str, origin: str) -> Dict[str, object]:
     import yaml
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_no_aliases_loader())      # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         raise BadInput(f"{origin}: not valid JSON/YAML ({str(exc).splitlines()[0]})") from None
     if data is None:
@@ -152,10 +169,16 @@ def _vars_file(path: str) -> Dict[str, object]:
     if not path:
         raise BadInput("-e @: expected @FILE (YAML or JSON)")
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_VARS_BYTES + 1)
     except OSError as exc:
         raise BadInput(f"-e @{path}: cannot read ({exc.strerror or exc})") from None
+    if len(data) > MAX_VARS_BYTES:
+        raise BadInput(f"-e @{path}: larger than {MAX_VARS_BYTES >> 20} MiB, not a variables file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"-e @{path}: not UTF-8 text (byte {exc.start})") from None
     return _mapping(text, f"-e @{path}")
 
 
@@ -195,6 +218,14 @@ def validate_tags(tags: Sequence[str]) -> None:
                        f"system_tuning's concerns: {', '.join(concerns)})")
 
 
+INVENTORY_MEMORY = 1 << 30    # address space for ansible-inventory: far above a real inventory of thousands of hosts
+
+
+def _bounded_memory() -> None:
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (INVENTORY_MEMORY, INVENTORY_MEMORY))
+
+
 def inventory_hosts(inventory: str, limit: Optional[str]) -> List[str]:
     """The hosts an inventory (INI, YAML, directory, script, comma list) yields, through ansible itself."""
     if "," not in inventory and not os.path.exists(inventory):
@@ -203,11 +234,19 @@ def inventory_hosts(inventory: str, limit: Optional[str]) -> List[str]:
     if limit:
         argv += ["--limit", limit]
     env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="True", ANSIBLE_NOCOLOR="1")
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, preexec_fn=_bounded_memory)
+    except subprocess.TimeoutExpired:
+        raise BadInput(f"inventory {inventory}: ansible-inventory did not finish in 120 s") from None
     if done.returncode != 0:
         lines = [l.strip() for l in (done.stderr or done.stdout).splitlines() if l.strip()]
-        reason = next((l for l in lines if "ERROR" in l or "Unable to parse" in l or "Failed" in l),
-                      lines[0] if lines else "ansible-inventory failed")
+        if done.returncode < 0 or any("MemoryError" in l for l in lines):
+            raise BadInput(f"inventory {inventory}: reading it needed more than {INVENTORY_MEMORY >> 30} GiB "
+                           "(a YAML alias bomb?)")
+        # the cause: Ansible prints each inventory plugin's failure; the 'auto' plugin's is only the first
+        causes = [l for l in lines if "ERROR" in l or "Unable to parse" in l or "Failed" in l]
+        reason = next((l for l in causes if "auto" not in l), causes[0] if causes else
+                      (lines[0] if lines else "ansible-inventory failed"))
         raise BadInput(f"inventory {inventory}: {reason.replace('[ERROR]: ', '').replace('ERROR! ', '')}")
     data = json.loads(done.stdout)
     hosts = set(data.get("_meta", {}).get("hostvars", {}))

@@ -365,12 +365,12 @@ def memory_check(torch, device, buffer_bytes, chunk_bytes, seed=0x5EED, after_wr
             after_write(pattern, buf)
         bad, first = 0, None
         for lo in range(0, words, chunk):
-            diff = expected(pattern, lo).bitwise_xor_(buf[lo:lo + chunk]).ne_(0)
-            count = int(diff.sum(dtype=torch.int32).item())     # a plain sum() makes an int64 copy of the mask
+            diff = expected(pattern, lo).bitwise_xor_(buf[lo:lo + chunk])     # in place: no temporary
+            count = int(torch.count_nonzero(diff).item())      # counts without a mask the size of the chunk
             if count:
                 bad += count
                 if first is None:
-                    first = lo + int(torch.argmax(diff).item())
+                    first = lo + int(torch.argmax(diff.ne_(0).to(torch.uint8)).item())
         rows.append({"pattern": pattern, "bad_words": bad, "first_bad_word": first})
     failing = [r for r in rows if r["bad_words"]]
     return {"bytes": words * WORD_BYTES, "chunk_bytes": chunk * WORD_BYTES, "ok": not failing, "patterns": rows,

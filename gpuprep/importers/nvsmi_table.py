@@ -119,5 +119,10 @@ def import_table(text: str, origin: str) -> Snapshot:
             current.mig_mode_current = v.flag(row3.group(1))
             if row3.group(1) == ERR:
                 current.unreadable = (current.unreadable or []) + [f"MIG mode = {ERR}"]
+    if header and not gpus:
+        # nvidia-smi prints "No devices were found" when there are none: a header without rows is a cut capture,
+        # and judging it would pass a host whose GPUs nobody saw
+        from ..errors import BadInput
+        raise BadInput(f"{origin}: the nvidia-smi table ends before its GPU rows (cut short?); capture it whole")
     snap.gpus = gpus
     return snap

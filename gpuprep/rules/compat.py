@@ -227,9 +227,12 @@ def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[s
         raise BadInput(f"--cc {cc!r} is not a compute capability like 9.0")
     if cc and torch_cuda:
         findings.append(judge_torch_arch("combination", torch, variant, cc))
-    if cc and variant == "cpu":
-        findings.append(Finding("compat.torch-cpu-only", "fail", "combination", f"PyTorch {torch} is a CPU-only build",
-                                {"torch": torch}, "Install a CUDA build of PyTorch"))
+    if variant == "cpu" or (variant or "").startswith("rocm"):
+        # with a driver given, the question is an NVIDIA GPU's: a CPU or ROCm (AMD) wheel cannot use it
+        kind = "CPU-only" if variant == "cpu" else "ROCm (AMD GPU)"
+        findings.append(Finding("compat.torch-cpu-only", "fail", "combination",
+                                f"PyTorch {torch} is a {kind} build: it cannot use NVIDIA driver {driver}'s GPUs",
+                                {"torch": torch, "variant": variant}, "Install a CUDA build of PyTorch (+cuXYZ)"))
     if not findings:
         raise BadInput("nothing to judge: give --cuda, --torch, or --cudnn with the driver")
     from . import SEVERITY_RANK
