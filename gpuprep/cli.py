@@ -3,6 +3,7 @@ inside the commands that need them."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import List, Optional, Sequence
 
@@ -94,12 +95,31 @@ def _connection_options(fn):
 def _connection():
     """The Connection the current command's options ask for (prompting for -K's password here, once)."""
     from .ansible.runner import Connection
+    from .errors import BadInput
     given = click.get_current_context().meta.get("connection", {})
+    method = given.get("become_method")
+    if method is not None and not re.fullmatch(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*", method):
+        raise BadInput(f"--become-method {method!r}: expected a become plugin name (sudo, su, doas, "
+                       "community.general.pbrun, ...)")
     password = None
     if given.get("ask_become_pass"):
-        password = click.prompt("BECOME password", hide_input=True, err=True, default="", show_default=False)
+        if not sys.stdin.isatty() and not _controlling_terminal():
+            raise BadInput("-K: no terminal to ask the become password on (run it from a terminal)")
+        try:
+            password = click.prompt("BECOME password", hide_input=True, err=True, default="", show_default=False)
+        except click.exceptions.Abort:
+            raise BadInput("-K: no become password was read (the prompt needs a terminal on standard input)") from None
     return Connection(user=given.get("user"), private_key=given.get("private_key"),
                       become_method=given.get("become_method"), become_password=password)
+
+
+def _controlling_terminal() -> bool:
+    """Whether getpass can prompt on /dev/tty though standard input is redirected."""
+    try:
+        with open("/dev/tty"):
+            return True
+    except OSError:
+        return False
 
 
 def _fleet_options(fn):

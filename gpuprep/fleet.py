@@ -61,8 +61,13 @@ def _baseline(baseline: str, snapshots: Dict[str, Snapshot]) -> Snapshot:
 # --- saved fleets ----------------------------------------------------------------------------------------
 
 def file_name(host: str) -> str:
-    """A host's file in a saved fleet directory (inventory names may hold '/', ':' or spaces)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", host) or "_"
+    """A host's file in a saved fleet directory (inventory names may hold '/', ':' or spaces). A name that is not
+    already safe gets a short digest of itself, so 'node@1', 'node_1' and 'node 1' never share one file."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", host).lstrip(".") or "_"
+    if safe == host:
+        return safe
+    import hashlib
+    return f"{safe[:80]}.{hashlib.sha256(host.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
 def save(members: List[Member], directory: str) -> List[str]:
@@ -183,7 +188,8 @@ _PROBE_FAILURES = (
     # ansible-core 2.19+ says "Timed out after N second(s)", earlier ones "... in the expected time frame (N) ..."
     (re.compile(r"[Tt]imed out after (\d+) second|failed to execute in the expected time frame \((\d+)\)"),
      "probe timed out after {} s "
-     "(a hung GPU or NVML call?); raise -e gpuprep_probe_timeout=SECONDS if the host is only slow"),
+     "(a hung GPU or NVML call?); if the host is only slow, set gpuprep_probe_timeout=SECONDS for it in the "
+     "inventory"),
     (re.compile(r"python3?: (?:command )?not found|No such file or directory.*python", re.I),
      "no Python 3 on the host (the probe needs python3 >= 3.8 and nothing else)"),
     (re.compile(r"gpuprep-probe: error: (.+)"), None),

@@ -411,7 +411,7 @@ def _build(tp, value, path: str = ""):
         if not isinstance(value, list):
             raise _at(path, f"expected a list, got {type(value).__name__}")
         if dataclasses.is_dataclass(item) and any(v is None for v in value):
-            raise _at(f"{path}[{value.index(None)}]", f"expected an object, got null")
+            raise _at(f"{path}[{value.index(None)}]", "expected an object, got null")
         return [_build(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
     if origin in (dict, Dict):
         _, item = typing.get_args(tp)

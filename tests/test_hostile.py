@@ -211,3 +211,20 @@ def test_an_oversized_e_file_is_refused_unread(tmp_path):
     with open(big, "wb") as fh:
         fh.truncate(1 << 30)                   # sparse: 1 GiB that costs no disk
     _one_error_line(run_cli("apply", "--local", "--check", "-e", f"@{big}"), 2, r"larger than 16 MiB")
+
+
+def test_distinct_host_names_never_share_a_saved_fleet_file():
+    from gpuprep.fleet import file_name
+    names = ["node@1", "node_1", "node 1", "node/1", "..", ".hidden", "gpu-01"]
+    files = [file_name(n) for n in names]
+    assert len(set(files)) == len(names) and file_name("gpu-01") == "gpu-01"
+    assert all(re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*", f) for f in files)
+
+
+def test_become_method_is_a_plugin_name_and_k_without_a_terminal_is_named():
+    _one_error_line(run_cli("apply", "--local", "--check", "--become-method", "sudo;id"), 2, r"--become-method 'sudo;id'")
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "gpuprep", "apply", "--local", "--check", "-K"], capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    _one_error_line(done, 2, r"-K: no terminal to ask the become password on")

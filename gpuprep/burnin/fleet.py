@@ -15,17 +15,25 @@ from . import RunResult
 
 def run_fleet(inventory: str, seconds: float, nproc: str, backend: str, master, rdzv_timeout: float,
               connection=None) -> RunResult:
-    from ..ansible.runner import ApplyRequest, run
-    collect = tempfile.mkdtemp(prefix="gpuprep-burnin-reports-")
     extravars = {"burnin_duration": f"{int(seconds)}s", "burnin_seconds": int(seconds), "burnin_nproc": nproc,
-                 "burnin_backend": backend, "burnin_rdzv_timeout": int(rdzv_timeout), "burnin_collect_dir": collect,
+                 "burnin_backend": backend, "burnin_rdzv_timeout": int(rdzv_timeout),
                  "burnin_gpuprep": os.path.join(os.path.dirname(sys.executable), "gpuprep")}
     if master:
         host, _, port = master.rpartition(":")
         if not host or not port.isdigit():
             raise BadInput(f"--master {master!r} is not HOST:PORT")
         extravars.update(burnin_master_addr=host, burnin_port=int(port))
+    collect = tempfile.mkdtemp(prefix="gpuprep-burnin-reports-")
+    extravars["burnin_collect_dir"] = collect
     start = time.monotonic()
+    try:
+        return _run_and_collect(inventory, extravars, collect, connection, start)
+    finally:
+        shutil.rmtree(collect, ignore_errors=True)       # also when the run fails or is interrupted
+
+
+def _run_and_collect(inventory: str, extravars: dict, collect: str, connection, start: float) -> RunResult:
+    from ..ansible.runner import ApplyRequest, run
     outcome = run(ApplyRequest(playbook="burnin.yml", inventory=inventory, internal_vars=extravars,
                                forks=None, connection=connection))
     ranks, nodes, missing_hosts = {}, 0, []
@@ -43,7 +51,6 @@ def run_fleet(inventory: str, seconds: float, nproc: str, backend: str, master, 
         for rank in report.get("ranks", []):
             rank["inventory_host"] = host
             ranks[rank["rank"]] = rank
-    shutil.rmtree(collect, ignore_errors=True)
     failed = [f"{h}: {state.failures[0].message}" for h, state in outcome.state.hosts.items() if state.failures]
     result = RunResult(ranks=ranks, world_size=world or len(ranks), exit_code=0 if not failed else 1,
                        timed_out=False, wall_seconds=time.monotonic() - start,
