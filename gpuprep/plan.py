@@ -101,7 +101,7 @@ def _rank_from(data, path: str) -> Rank:
     for name, kind in _RANK_FIELDS.items():
         fields[name] = _expect(data.get(name), f"{path}.{name}", kind)
     for i, cpu in enumerate(fields["cpus"]):
-        if not isinstance(cpu, int) or isinstance(cpu, bool) or not 0 <= cpu < 1 << 16:
+        if not isinstance(cpu, int) or isinstance(cpu, bool) or not 0 <= cpu < 1 << 22:
             raise BadInput(f"{path}.cpus[{i}]: expected a CPU number, got {cpu!r}")
     env = fields["env"]
     for key in env:
