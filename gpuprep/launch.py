@@ -74,7 +74,8 @@ def run(plan_file: Optional[str], mode: str, command: Sequence[str]) -> None:
     os.sched_setaffinity(0, cpus)
     environ.update(rank.env)     # over torchrun's OMP_NUM_THREADS=1
     environ["GPUPREP_LAUNCH_CPUS"] = compress_cpulist(cpus)
+    if shutil.which(command[0], path=environ.get("PATH")) is None:
+        raise BadInput(f"{command[0]}: command not found" if os.sep not in command[0]
+                       else f"{command[0]}: no such executable file")
     argv = command_line(rank, command, shutil.which("numactl"))
-    if shutil.which(argv[0], path=environ.get("PATH")) is None and os.sep not in argv[0]:
-        raise BadInput(f"{argv[0]}: command not found")
     os.execvpe(argv[0], argv, environ)

@@ -25,10 +25,14 @@ def builtin() -> Dict[str, Dict[str, Any]]:
 def load(name_or_path: str) -> Dict[str, Any]:
     if name_or_path.endswith(".toml") or "/" in name_or_path:
         try:
-            with open(name_or_path, encoding="utf-8") as fh:
-                data = _toml(fh.read(), name_or_path)
+            with open(name_or_path, "rb") as fh:
+                raw = fh.read(1 << 20)          # a profile is a few lines; a bigger file is the wrong file
         except OSError as exc:
             raise BadInput(f"{name_or_path}: cannot read profile ({exc.strerror})") from None
+        try:
+            data = _toml(raw.decode("utf-8"), name_or_path)
+        except UnicodeDecodeError as exc:
+            raise BadInput(f"{name_or_path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from None
         tables = [v for v in data.values() if isinstance(v, dict)]
         profile = tables[0] if len(tables) == 1 and len(data) == 1 else data
     else:

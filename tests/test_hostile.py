@@ -228,3 +228,12 @@ def test_become_method_is_a_plugin_name_and_k_without_a_terminal_is_named():
     done = subprocess.run([sys.executable, "-m", "gpuprep", "apply", "--local", "--check", "-K"], capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
     _one_error_line(done, 2, r"-K: no terminal to ask the become password on")
+
+
+def test_a_latin1_profile_and_a_missing_command_are_bad_input(tmp_path):
+    profile = tmp_path / "site.toml"
+    profile.write_bytes('name = "caf\u00e9"\n'.encode("latin-1"))
+    _one_error_line(run_cli("check", "--from", corpus(H100), "--profile", str(profile)), 2, r"site\.toml: not UTF-8 text")
+    plan = _plan(tmp_path, lambda d: None)
+    _one_error_line(run_cli("launch", "--plan", str(plan), "--", "/nonexistent/cmd", env={"LOCAL_RANK": "0"}), 2,
+                    r"/nonexistent/cmd: no such executable file")
