@@ -76,4 +76,17 @@ def probe_zipapp() -> str:
     cache = os.path.join(base, "gpuprep")
     os.makedirs(cache, exist_ok=True)
     target = os.path.join(cache, f"gpuprep-probe-{__version__}-{digest.hexdigest()[:12]}.pyz")
-    return target if os.path.exists(target) else build(target)
+    return target if _intact(target) else build(target)
+
+
+def _intact(path: str) -> bool:
+    """A cached zipapp that is whole: a truncated or damaged one (a disk that filled, an edit) is rebuilt instead
+    of being shipped to every node."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"#!":
+                return False
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip() is None and "__main__.py" in archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False

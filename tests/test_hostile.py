@@ -237,3 +237,13 @@ def test_a_latin1_profile_and_a_missing_command_are_bad_input(tmp_path):
     plan = _plan(tmp_path, lambda d: None)
     _one_error_line(run_cli("launch", "--plan", str(plan), "--", "/nonexistent/cmd", env={"LOCAL_RANK": "0"}), 2,
                     r"/nonexistent/cmd: no such executable file")
+
+
+def test_a_truncated_cached_probe_zipapp_is_rebuilt(tmp_path, monkeypatch):
+    from gpuprep.zipapp import probe_zipapp
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = probe_zipapp()
+    whole = open(first, "rb").read()
+    with open(first, "r+b") as fh:
+        fh.truncate(len(whole) // 2)                   # a disk that filled while it was written, in an old version
+    assert probe_zipapp() == first and open(first, "rb").read() == whole
