@@ -247,3 +247,11 @@ def test_a_truncated_cached_probe_zipapp_is_rebuilt(tmp_path, monkeypatch):
     with open(first, "r+b") as fh:
         fh.truncate(len(whole) // 2)                   # a disk that filled while it was written, in an old version
     assert probe_zipapp() == first and open(first, "rb").read() == whole
+
+
+def test_a_timeout_shorter_than_ansible_runners_poll_still_stops_the_run(tmp_path):
+    """ansible-runner looked at the clock once per 5 s wait: a run done in 4 s ignored --timeout 2 and exited 0."""
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path))
+    done = run_cli("apply", "--local", "--check", "--tags", "nccl_env", "--timeout", "2", "--json", env=env, timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert json.loads(done.stdout)["interrupted"] == "timeout after 2 s"

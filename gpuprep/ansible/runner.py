@@ -354,6 +354,11 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
                   fact_cache_type="memory",
                   # keep the newest runs only (ansible-runner removes the oldest run directories)
                   rotate_artifacts=keep_runs(), verbosity=request.verbosity or None, timeout=request.timeout)
+    # ansible-runner checks the timeout (and the cancel callback) once per pexpect wait, 5 s by default: a
+    # --timeout shorter than that let a run finish unchecked. Its settings are read from env/settings only.
+    os.makedirs(os.path.join(private, "env"), exist_ok=True)
+    with open(os.path.join(private, "env", "settings"), "w") as fh:
+        fh.write("pexpect_timeout: 0.25\n")
     secrets = dict(request.extravars or {})
     if connection.become_password:
         secrets["become password"] = connection.become_password
