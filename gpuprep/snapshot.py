@@ -387,6 +387,10 @@ def normalize_bus_id(bus_id: str) -> str:
 # --- generic dataclass construction from JSON -----------------------------------------
 
 _INT_LIMIT = 1 << 63      # no count, size or clock reaches it; a 400-digit number is damage, not data
+# the most items a snapshot's lists may hold: far above any host (the largest boards have 16 GPUs, thousands of
+# CPUs, a few thousand kernel log events), far below what would take the judging minutes and gigabytes
+_LIST_LIMITS = {"gpus": 1024}
+_LIST_LIMIT = 100_000
 
 
 def build(tp, value, path: str = ""):
@@ -410,6 +414,9 @@ def _build(tp, value, path: str = ""):
         (item,) = typing.get_args(tp)
         if not isinstance(value, list):
             raise _at(path, f"expected a list, got {type(value).__name__}")
+        limit = _LIST_LIMITS.get(path, _LIST_LIMIT)
+        if len(value) > limit:
+            raise _at(path, f"{len(value)} items, more than any host has (at most {limit})")
         if dataclasses.is_dataclass(item) and any(v is None for v in value):
             raise _at(f"{path}[{value.index(None)}]", "expected an object, got null")
         return [_build(item, v, f"{path}[{i}]") for i, v in enumerate(value)]

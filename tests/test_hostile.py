@@ -255,3 +255,23 @@ def test_a_timeout_shorter_than_ansible_runners_poll_still_stops_the_run(tmp_pat
     done = run_cli("apply", "--local", "--check", "--tags", "nccl_env", "--timeout", "2", "--json", env=env, timeout=300)
     assert done.returncode == 1, done.stderr[-2000:]
     assert json.loads(done.stdout)["interrupted"] == "timeout after 2 s"
+
+
+def test_a_kernel_log_above_the_capture_limit_is_scanned_not_refused(tmp_path):
+    """Busy nodes log hundreds of megabytes: the real Xid lines buried in 70 MiB of other messages are found
+    (read line by line, only GPU lines kept), with the same verdict as the capture alone."""
+    real = open(corpus("xid119-dell-xe9680.dmesg.txt")).read()
+    filler = "".join(f"[{i / 1000:12.6f}] systemd[1]: Started session-{i}.scope - Session {i} of user ops.\n"
+                     for i in range(1, 100001))
+    log = tmp_path / "node.dmesg.txt"
+    with open(log, "w") as fh:
+        for chunk in range(10):
+            fh.write(filler)
+            if chunk == 5:
+                fh.write(real)
+    assert log.stat().st_size > 64 << 20
+    big = json.loads(run_cli("check", "--from", str(log), "--json").stdout)
+    small = json.loads(run_cli("check", "--from", corpus("xid119-dell-xe9680.dmesg.txt"), "--json").stdout)
+    assert [(f["id"], f["severity"], f["subject"]) for f in big["findings"]] == \
+        [(f["id"], f["severity"], f["subject"]) for f in small["findings"]]
+    assert big["verdict"] == "fail"

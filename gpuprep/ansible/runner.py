@@ -323,7 +323,14 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
     project = str(playbooks_dir())
     ident = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     artifacts = artifacts_root()
-    os.makedirs(artifacts, exist_ok=True)
+    try:
+        os.makedirs(artifacts, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=artifacts, prefix=".writable-")
+        probe.close()
+    except OSError as exc:
+        shutil.rmtree(private, ignore_errors=True)
+        raise BadInput(f"state directory {artifacts}: cannot write run records there ({exc.strerror or exc}); "
+                       "set XDG_STATE_HOME to a writable directory") from None
     cmdline = []
     if request.check:
         cmdline.append("--check")

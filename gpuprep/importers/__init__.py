@@ -118,6 +118,10 @@ def import_files(paths: Iterable[str], allow_mixed: bool = False) -> Snapshot:
     combined: Optional[Snapshot] = None
     seen = set()
     for path in paths:
+        log = _large_kernel_log(path)
+        if log is not None:
+            combined = _merged(combined, kernel_log.import_kernel_log(log, os.path.basename(path)))
+            continue
         text = read_capture(path)
         digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
         if digest in seen:
@@ -129,7 +133,39 @@ def import_files(paths: Iterable[str], allow_mixed: bool = False) -> Snapshot:
             if reason:
                 raise BadInput(f"{path}: not the same host as {', '.join(combined.sources)}: {reason} "
                                f"(--allow-mixed judges them as one host anyway)")
-        combined = part if combined is None else merge(combined, part)
+        combined = _merged(combined, part)
     if combined is None:
         raise BadInput("no capture files given")
     return combined
+
+
+def _merged(combined: Optional[Snapshot], part: Snapshot) -> Snapshot:
+    return part if combined is None else merge(combined, part)
+
+
+def _large_kernel_log(path: str) -> Optional[str]:
+    """A kernel log above the capture size limit (busy nodes log hundreds of megabytes): only its GPU lines,
+    read line by line. None for anything else, which read_capture then bounds as usual."""
+    import stat
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    if path == "-" or not stat.S_ISREG(info.st_mode) or info.st_size <= MAX_CAPTURE_BYTES:
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline=None) as fh:
+            if not kernel_log.looks_like_log_lines(fh.read(1 << 16)):
+                return None
+            fh.seek(0)
+            kept, size = [], 0
+            for line in kernel_log.relevant_lines(fh):
+                size += len(line)
+                if size > MAX_CAPTURE_BYTES:
+                    raise BadInput(f"{path}: more than {MAX_CAPTURE_BYTES >> 20} MiB of GPU lines in one kernel log")
+                kept.append(line)
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
+    from ..output import note_input
+    note_input(path)
+    return "".join(kept)

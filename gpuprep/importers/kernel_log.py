@@ -33,6 +33,22 @@ _PID = re.compile(r"pid=('?[^,']*'?),\s*")
 _NAME = re.compile(r"name=([^,]*),\s*")
 
 
+# every line the importer can use names one of these (Xid, SXid, NVRM messages, the fabric manager, AER)
+_KEYWORDS = ("NVRM", "nvswitch", "NVSwitch", "PCIe Bus Error")
+
+
+def relevant_lines(lines: Iterable[str]) -> Iterable[str]:
+    """The lines of a kernel log the importer reads, and no other: a log of any size is scanned in bounded memory."""
+    return (line for line in lines if any(word in line for word in _KEYWORDS))
+
+
+def looks_like_log_lines(head: str) -> bool:
+    """Whether the start of a file reads as a kernel log or syslog (a time prefix on nearly every line), though
+    no GPU line comes early: large logs are recognised by their shape, then scanned line by line."""
+    lines = [line for line in head.splitlines()[:50] if line.strip()]
+    return len(lines) >= 5 and sum(_prefix_time(line[:40]) is not None for line in lines) >= 0.8 * len(lines)
+
+
 def looks_like_kernel_log(text: str) -> bool:
     return bool(_XID.search(text) or _SXID.search(text) or _FM_SXID.search(text) or _OFF_BUS.search(_joined(text))
                 or any(pattern.search(text) for _, pattern, _ in KERNEL_EVENTS))

@@ -28,6 +28,7 @@ def is_error(value: Optional[str]) -> bool:
 
 
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
+_NUMBER_DIGITS = 18      # no reading nvidia-smi prints has more digits: more is a damaged capture
 
 
 def known(value: Optional[str]) -> Optional[str]:
@@ -42,7 +43,11 @@ def number(value: Optional[str]) -> Optional[float]:
     if text is None:
         return None
     match = _NUMBER.match(text)
-    return float(match.group(1)) if match else None
+    if match is None:
+        return None
+    if len(match.group(1).lstrip("-").split(".")[0]) > _NUMBER_DIGITS:
+        raise ValueError("a number of %d digits (%s...) is no reading" % (len(match.group(1)), match.group(1)[:12]))
+    return float(match.group(1))
 
 
 def integer(value: Optional[str]) -> Optional[int]:
