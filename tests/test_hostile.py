@@ -275,3 +275,10 @@ def test_a_kernel_log_above_the_capture_limit_is_scanned_not_refused(tmp_path):
     assert [(f["id"], f["severity"], f["subject"]) for f in big["findings"]] == \
         [(f["id"], f["severity"], f["subject"]) for f in small["findings"]]
     assert big["verdict"] == "fail"
+
+
+def test_a_broken_yaml_inventory_names_the_cause_and_the_place(tmp_path):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    a: {x: [1,2}\n")
+    _one_error_line(run_cli("apply", "-i", str(inventory), "--check"), 2,
+                    r"YAML parsing failed: .* \(at .*hosts\.yml:3:\d+\)")

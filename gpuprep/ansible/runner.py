@@ -247,6 +247,8 @@ def inventory_hosts(inventory: str, limit: Optional[str]) -> List[str]:
         causes = [l for l in lines if "ERROR" in l or "Unable to parse" in l or "Failed" in l]
         reason = next((l for l in causes if "auto" not in l), causes[0] if causes else
                       (lines[0] if lines else "ansible-inventory failed"))
+        where = next((l.split(":", 1)[1].strip() for l in lines if l.startswith("Origin:")), None)
+        reason = reason.replace("[WARNING]: ", "") + (f" (at {where})" if where else "")
         raise BadInput(f"inventory {inventory}: {reason.replace('[ERROR]: ', '').replace('ERROR! ', '')}")
     data = json.loads(done.stdout)
     hosts = set(data.get("_meta", {}).get("hostvars", {}))
