@@ -65,11 +65,8 @@ def _gather(sources: List[str], root: str, no_docker: bool, allow_mixed: bool = 
     if deep and (sources or no_docker):
         from .errors import BadInput
         raise BadInput("--deep starts containers on this host: not with --from or --no-docker")
-    if sources:
-        from .importers import import_files
-        return import_files(sources, allow_mixed)
-    from .probe import collect
-    return collect(root=root, docker=not no_docker, deep=deep)
+    from . import api
+    return api.snapshot(sources, root=root, docker=not no_docker, deep=deep, allow_mixed=allow_mixed)
 
 
 def _connection_options(fn):
@@ -244,7 +241,7 @@ def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, 
     """Gather facts (or read captures), judge them, report findings. Exit 1 if any check (or host) fails."""
     from .errors import BadInput
     from .fleet import saved_fleet
-    from .rules import Context, check_filters, judge_all, select
+    from .rules import Context, check_filters
 
     try:
         check_filters(skip, only)
@@ -265,9 +262,9 @@ def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, 
         return
     if baseline or show_drift:
         raise BadInput("--baseline and --drift compare hosts: give -i INVENTORY or snapshots of several hosts")
-    snap = _gather(list(sources), root, no_docker, allow_mixed, deep)
     if facts_only and require_gpu:
         raise BadInput("--facts-only judges nothing, so --require-gpu cannot fail it: drop one of them")
+    snap = _gather(list(sources), root, no_docker, allow_mixed, deep)
     if facts_only:
         if fmt == "text":
             from .report.terminal import render_facts_only
@@ -275,9 +272,8 @@ def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, 
         else:
             click.echo(snap.to_json())
         return
-    findings, waived = select(judge_all(snap, context), skip, only)
-    from .report import check_document
-    document = check_document(snap, findings, waived)
+    from . import api
+    document = api.check(facts=snap, profile_name=profile, require_gpu=require_gpu, skip=skip, only=only).document()
     _emit(document, fmt, output, verbose)
     if document["verdict"] == "fail":
         sys.exit(EXIT_FAILED)
@@ -315,8 +311,8 @@ def _check_fleet(inventory, limit, forks, members, context, skip, only, baseline
 @click.option("--json", "as_json", is_flag=True)
 def compat(driver, cuda, cudnn, torch_version, gpu, cc, as_json):
     """Will this driver / CUDA / cuDNN / PyTorch / GPU combination work? No host needed."""
-    from .rules.compat import judge_combination
-    findings = judge_combination(driver, cuda, cudnn, torch_version, gpu, cc)
+    from . import api
+    findings = api.compat(driver, cuda=cuda, cudnn=cudnn, torch=torch_version, gpu=gpu, cc=cc)
     if as_json:
         from .report import compat_document, to_json
         click.echo(to_json(compat_document(findings)))
@@ -341,21 +337,18 @@ def compat(driver, cuda, cudnn, torch_version, gpu, cc, as_json):
 @_format_options
 def plan(sources, nproc, mode, visible, fmt, as_json, output):
     """Per-rank launch plan: GPU, NUMA node, CPUs, memory node, nearest NIC, threads, DataLoader workers."""
-    from .plan import make_plan, visible_gpus
+    from . import api
     from .report import plan_document
-    snap = _gather(list(sources), "/", True, allow_mixed=True) if sources else None
-    allowed = None
-    if snap is None:
-        from .probe import topology_facts
-        visible = visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
-        snap = topology_facts(uuids=bool(visible) and not visible.replace(",", "").strip().isdigit())
-        allowed = os.sched_getaffinity(0)
     fmt = _chosen_format(fmt, as_json, output)
     if fmt not in ("text", "json"):
         from .errors import BadInput
         raise BadInput(f"--format {fmt}: a plan is text or json")
-    document = plan_document(make_plan(snap, nproc=nproc, mode=mode, visible=visible_gpus(visible, snap),
-                                       allowed=allowed))
+    facts = _gather(list(sources), "/", True, allow_mixed=True) if sources else None
+    here = facts is None       # this host: its CUDA_VISIBLE_DEVICES and the CPUs this process may use
+    if here and visible is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    document = plan_document(api.plan(facts, ranks=nproc, mode=mode, visible=visible,
+                                      allowed=os.sched_getaffinity(0) if here else None))
     _emit(document, fmt, output)
 
 

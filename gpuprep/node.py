@@ -38,17 +38,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _textfile(args) -> int:
+    from . import api
     from .output import check_destination, write_atomic
-    from .probe import collect
-    from .report import check_document, render
-    from .rules import Context, judge_all
+    from .report import render
     check_destination(args.output)
-    profile = {}
-    if args.profile:
-        from .profiles import load
-        profile = load(args.profile)
-    snap = collect(docker=not args.no_docker)
-    write_atomic(args.output, render(check_document(snap, judge_all(snap, Context(profile=profile))), "prometheus"))
+    api.profile(args.profile)                  # a bad profile stops before the host is probed
+    result = api.check(profile_name=args.profile, docker=not args.no_docker)
+    write_atomic(args.output, render(result.document(), "prometheus"))
     return 0
 
 
