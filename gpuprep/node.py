@@ -37,8 +37,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_FAILED
 
 
+TEXTFILE_MIN_PYTHON = (3, 9)     # prometheus-client, bundled for the textfile, annotates with list[...]
+
+
 def _textfile(args) -> int:
     from . import api
+    if sys.version_info < TEXTFILE_MIN_PYTHON:
+        from .errors import BadInput
+        raise BadInput(f"textfile needs python3 >= {'.'.join(map(str, TEXTFILE_MIN_PYTHON))} (prometheus-client); "
+                       f"this is {sys.version.split()[0]}")
     from .output import check_destination, write_atomic
     from .report import render
     check_destination(args.output)

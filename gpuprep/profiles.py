@@ -4,14 +4,19 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from .errors import BadInput
-from .knowledge import profiles_text
+from .knowledge import data_text, profiles_text
 
 KNOWN_KEYS = {"description", "min_gpus", "min_memory_gib", "min_cpu_cores", "min_cores_per_gpu",
               "min_memory_per_gpu_ratio", "require_nvlink", "require_rdma", "min_rdma_gbps", "require_ecc"}
 
 
 def _toml(text: str, origin: str) -> Dict[str, Any]:
-    import tomllib
+    try:
+        import tomllib  # novermin (guarded: ImportError below on Python < 3.11)
+    except ImportError:      # the node probe runs on the node's python3, which may predate 3.11's tomllib
+        import sys
+        raise BadInput(f"{origin}: reading a TOML profile needs Python >= 3.11 on this host (this is "
+                       f"{sys.version.split()[0]}); use a built-in profile (dev, training, inference)") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -19,7 +24,13 @@ def _toml(text: str, origin: str) -> Dict[str, Any]:
 
 
 def builtin() -> Dict[str, Dict[str, Any]]:
-    return _toml(profiles_text(), "profiles.toml")
+    """The built-in profiles: data/profiles.toml, or in the node probe's zipapp the JSON the build wrote from it
+    (nodes' older Pythons have no TOML reader)."""
+    import json
+    try:
+        return json.loads(data_text("profiles.json"))
+    except FileNotFoundError:
+        return _toml(profiles_text(), "profiles.toml")
 
 
 def load(name_or_path: str) -> Dict[str, Any]:

@@ -4,6 +4,7 @@ inside, run by the node's python3 with nothing installed there (`check -i` copie
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 import zipfile
@@ -54,6 +55,9 @@ def build(target: str) -> str:
             for name, path in _members():
                 archive.write(path, name)
             archive.writestr("__main__.py", _MAIN)
+            # the built-in profiles as JSON: a node's python3 may be older than 3.11's tomllib
+            from .profiles import builtin
+            archive.writestr("gpuprep/data/profiles.json", json.dumps(builtin(), sort_keys=True))
         with open(temp, "rb") as fh:
             body = fh.read()
         with open(temp, "wb") as fh:
