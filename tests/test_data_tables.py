@@ -42,3 +42,14 @@ def test_busbw_expectations_say_their_algorithm_and_size():
     # H100 and H200 share the NVLink4/NVSwitch fabric: judged by the same algorithm, their figures are alike
     assert by["H100 SXM5"]["algorithm"] == by["H200"]["algorithm"] == "ring"
     assert abs(float(by["H100 SXM5"]["expected_busbw_gbs"]) - float(by["H200"]["expected_busbw_gbs"])) < 20
+
+
+def test_one_version_for_the_package_and_the_collection():
+    import yaml
+    from gpuprep import __version__
+    assert yaml.safe_load((REPO / "galaxy.yml").read_text())["version"] == __version__
+    assert 'dynamic = ["version"]' in (REPO / "pyproject.toml").read_text()
+    from importlib.metadata import version
+    assert version("gpuprep") == __version__
+    releases = yaml.safe_load((REPO / "changelogs" / "changelog.yaml").read_text())["releases"]
+    assert __version__ in releases
