@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from typing import Set
 
 from .errors import BadInput
@@ -63,20 +62,6 @@ def write_atomic(path: str, text: str, option: str = "-o") -> None:
 
 
 def _replace(target: str, text: str) -> None:
-    fd, temp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", dir=os.path.dirname(target))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if os.path.exists(target):
-            os.chmod(temp, os.stat(target).st_mode & 0o7777)
-        else:
-            os.chmod(temp, 0o666 & ~_umask())
-        os.replace(temp, target)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
+    from .module_utils.gpuprep_revert_record import write_atomic as replace_file
+    mode = os.stat(target).st_mode & 0o7777 if os.path.exists(target) else 0o666 & ~_umask()
+    replace_file(target, text.encode("utf-8"), mode)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Iterator, Tuple
@@ -46,27 +45,21 @@ def _members() -> Iterator[Tuple[str, Path]]:
 
 
 def build(target: str) -> str:
-    """Write the zipapp to `target` (atomically) and return its path."""
-    directory = os.path.dirname(os.path.abspath(target))
-    fd, temp = tempfile.mkstemp(prefix=".gpuprep-probe.", dir=directory)
-    os.close(fd)
+    """Write the zipapp to `target` (atomically, through the one atomic writer) and return its path."""
+    import io
+
+    from .module_utils.gpuprep_revert_record import write_atomic
+    from .profiles import builtin
+    body = io.BytesIO()
+    with zipfile.ZipFile(body, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, path in _members():
+            archive.write(path, name)
+        archive.writestr("__main__.py", _MAIN)
+        # the built-in profiles as JSON: a node's python3 may be older than 3.11's tomllib
+        archive.writestr("gpuprep/data/profiles.json", json.dumps(builtin(), sort_keys=True))
     try:
-        with zipfile.ZipFile(temp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            for name, path in _members():
-                archive.write(path, name)
-            archive.writestr("__main__.py", _MAIN)
-            # the built-in profiles as JSON: a node's python3 may be older than 3.11's tomllib
-            from .profiles import builtin
-            archive.writestr("gpuprep/data/profiles.json", json.dumps(builtin(), sort_keys=True))
-        with open(temp, "rb") as fh:
-            body = fh.read()
-        with open(temp, "wb") as fh:
-            fh.write(b"#!/usr/bin/env python3\n" + body)
-        os.chmod(temp, 0o755)
-        os.replace(temp, target)
+        write_atomic(target, b"#!/usr/bin/env python3\n" + body.getvalue(), 0o755)
     except OSError as exc:
-        if os.path.exists(temp):
-            os.unlink(temp)
         raise BadInput(f"cannot write the probe zipapp to {target} ({exc.strerror or exc})") from None
     return target
 

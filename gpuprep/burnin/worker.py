@@ -174,15 +174,13 @@ def main() -> None:
         result["gpu"] = monitor.finish()
     progress("done", 1.0)
     dist.barrier()
-    with open(os.path.join(args.out, f"rank{rank}.json"), "w") as fh:
-        json.dump(result, fh)
+    _write(os.path.join(args.out, f"rank{rank}.json"), result)
     dist.destroy_process_group()
 
 
 def _write(path, data):
-    with open(path + ".tmp", "w") as fh:
-        json.dump(data, fh)
-    os.replace(path + ".tmp", path)
+    from gpuprep.module_utils.gpuprep_revert_record import write_atomic
+    write_atomic(path, json.dumps(data).encode())
 
 
 class _GpuMonitor:

@@ -36,7 +36,8 @@ def sha256_of(path):
 
 
 def write_atomic(path, data, mode=None):
-    """Write bytes to path so that a crash leaves either the old file or the new one, never a part."""
+    """Write bytes to path so that a crash leaves either the old file or the new one, never a part. The one
+    atomic writer: the roles' records, gpuprep's reports (output.py), the probe zipapp and the burn-in's files."""
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=directory)
     try:
