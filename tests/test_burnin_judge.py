@@ -87,3 +87,30 @@ def test_a_host_without_gpuprep_is_a_setup_error_of_that_host():
                 for p in _host_setup_errors(name, state.hosts[name], "/opt/gpuprep/bin/gpuprep")]
     assert problems == ["node2 has no /opt/gpuprep/bin/gpuprep: install gpuprep[burnin] there at the same path as here",
                         "node3: PyTorch is not installed: pip install 'gpuprep[burnin]'"]
+
+
+def test_the_torch_floor_is_checked_before_launch():
+    from gpuprep.burnin import torch_problem
+    assert "older than the burn-in needs (2.4)" in torch_problem("2.1.2+cu121")
+    assert "older than" in torch_problem("2.3.1")
+    assert torch_problem("2.4.0") is None and torch_problem("2.13.0+cpu") is None
+
+
+def test_nccl_sweep_reaches_the_size_the_expectations_assume():
+    """The expectations are ring busbw at 8-16 GiB; ring all-reduce is at its plateau from about 1 GiB. The sweep
+    stopped at 256 MiB, where a healthy H200 read below its figure."""
+    from gpuprep import knowledge as kb
+    from gpuprep.burnin import worker_options
+    nccl = worker_options("nccl", 60.0)
+    largest = int(nccl[nccl.index("--max-mib") + 1]) << 20
+    assert largest >= 1 << 30 and all(int(r["message_bytes"]) >= largest for r in kb.expected_busbw())
+    gloo = worker_options("gloo", 60.0)
+    assert int(gloo[gloo.index("--max-mib") + 1]) == 16
+
+
+def test_torchs_own_nccl_error_handling_is_kept():
+    from gpuprep.burnin import child_environment
+    child = child_environment({"PATH": "/usr/bin"}, {"NCCL_SOCKET_IFNAME": "=eth0"})
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in child and child["NCCL_SOCKET_IFNAME"] == "=eth0"
+    assert child["OMP_NUM_THREADS"] == "1"
+    assert child_environment({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}, {})["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"

@@ -138,6 +138,25 @@ def detect_gpus() -> int:
     return len(facts.gpus) if facts.status.available else 0
 
 
+def worker_options(backend: str, collective_timeout: float) -> List[str]:
+    """The worker's options: its backend, the collective timeout, and the largest all-reduce message (small on the
+    CPU; on NCCL large enough to reach the busbw that data/busbw.csv expects)."""
+    return ["--backend", backend, "--timeout", str(collective_timeout),
+            "--max-mib", "16" if backend == "gloo" else str(NCCL_SWEEP_MAX_MIB)]
+
+
+def child_environment(environ: Dict[str, str], nccl_file: Dict[str, str],
+                      extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """torchrun's environment: this one, the node's NCCL settings (/etc/gpuprep/env), one OpenMP thread per rank
+    unless set. NCCL's error handling stays torch's own (TORCH_NCCL_ASYNC_ERROR_HANDLING defaults to 3; 1 can hang
+    in ncclCommAbort on a wedged GPU)."""
+    child = dict(environ)
+    child.update(nccl_file)
+    child.setdefault("OMP_NUM_THREADS", "1")
+    child.update(extra or {})
+    return child
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -178,12 +197,8 @@ def launch(duration: float, nproc: int, backend: str, env: Optional[Dict[str, st
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
             "--max-restarts", "0", *rendezvous,
             "-m", "gpuprep.burnin.worker", "--duration", str(duration), "--out", out_dir,
-            "--backend", backend, "--timeout", str(collective_timeout),
-            "--max-mib", "16" if backend == "gloo" else str(NCCL_SWEEP_MAX_MIB)]
-    child_env = dict(os.environ)
-    child_env.update(nccl_env_file())
-    child_env.setdefault("OMP_NUM_THREADS", "1")
-    child_env.update(env or {})
+            *worker_options(backend, collective_timeout)]
+    child_env = child_environment(dict(os.environ), nccl_env_file(), env)
     xids_before = _xids()
     start = time.monotonic()
     log = tempfile.TemporaryFile(mode="w+")
