@@ -100,23 +100,16 @@ def _connection():
                        "community.general.pbrun, ...)")
     password = None
     if given.get("ask_become_pass"):
-        if not sys.stdin.isatty() and not _controlling_terminal():
-            raise BadInput("-K: no terminal to ask the become password on (run it from a terminal)")
+        import getpass
+        import warnings
         try:
-            password = click.prompt("BECOME password", hide_input=True, err=True, default="", show_default=False)
+            with warnings.catch_warnings():     # a password piped in (no terminal) is read, not warned about
+                warnings.simplefilter("ignore", getpass.GetPassWarning)
+                password = click.prompt("BECOME password", hide_input=True, err=True, default="", show_default=False)
         except click.exceptions.Abort:
             raise BadInput("-K: no become password was read (the prompt needs a terminal on standard input)") from None
     return Connection(user=given.get("user"), private_key=given.get("private_key"),
                       become_method=given.get("become_method"), become_password=password)
-
-
-def _controlling_terminal() -> bool:
-    """Whether getpass can prompt on /dev/tty though standard input is redirected."""
-    try:
-        with open("/dev/tty"):
-            return True
-    except OSError:
-        return False
 
 
 def _fleet_options(fn):
