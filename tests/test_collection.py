@@ -46,7 +46,10 @@ def test_the_tarball_is_the_collection_and_nothing_else(installed):
     with tarfile.open(tarball) as tar:
         names = set(tar.getnames())
     tops = {name.split("/")[0] for name in names}
-    assert tops == {"MANIFEST.json", "FILES.json", "README.md", "LICENSE", "meta", "roles", "plugins", "playbooks"}
+    assert tops == {"MANIFEST.json", "FILES.json", "README.md", "LICENSE", "meta", "roles", "plugins", "playbooks",
+                    "changelogs"}
+    assert {"changelogs/changelog.yaml", "changelogs/config.yaml"} <= names          # ansible-lint: galaxy[no-changelog]
+    assert not any(name.startswith("changelogs/fragments") for name in names)
     assert {"playbooks/apply.yml", "playbooks/revert.yml", "meta/runtime.yml",
             "plugins/action/gpuprep_converged.py", "roles/gpu_clocks/files/gpus.csv"} <= names
     for role in (REPO / "roles").iterdir():
