@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 from .errors import BadInput
 from .importers.values import compress_cpulist
 from .report import PLAN_SCHEMA
-from .plan import LaunchPlan, Rank, local_rank, make_plan, visible_gpus
+from .plan import LaunchPlan, Rank, local_rank
 
 
 def load_plan(path: str) -> LaunchPlan:
@@ -40,13 +40,11 @@ def rank_plan(plan_file: Optional[str], mode: str, environ: Dict[str, str]) -> R
     if plan_file:
         plan = load_plan(plan_file)
     else:
-        from .probe import topology_facts
+        from . import api
         size = environ.get("LOCAL_WORLD_SIZE")
         nproc = int(size) if size and size.isdigit() else None
-        visible = environ.get("CUDA_VISIBLE_DEVICES")
-        snap = topology_facts(uuids=bool(visible) and not visible.replace(",", "").strip().isdigit())
-        plan = make_plan(snap, nproc=nproc, mode=mode, visible=visible_gpus(visible, snap),
-                         allowed=os.sched_getaffinity(0))
+        plan = api.plan(ranks=nproc, mode=mode, visible=environ.get("CUDA_VISIBLE_DEVICES"),
+                        allowed=os.sched_getaffinity(0))
     if rank >= len(plan.ranks):
         raise BadInput(f"LOCAL_RANK={rank}, but the plan has {len(plan.ranks)} ranks")
     return plan.ranks[rank]
