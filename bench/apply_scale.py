@@ -22,7 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
-from nodes import prepare, remove_nodes, start_nodes, write_inventory  # noqa: E402
+from containers import prepare, remove_nodes, start_nodes, write_inventory  # noqa: E402
 from gpuprep.resources import collections_path  # noqa: E402
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
-from nodes import remove_nodes, start_nodes, write_inventory  # noqa: E402
+from containers import remove_nodes, start_nodes, write_inventory  # noqa: E402
 
 
 def children_cpu() -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set
 
-from .errors import BadInput
+from .errors import BadInput, bad_argument
 from .rules import Finding, worst
 from .snapshot import Snapshot
 
@@ -67,10 +67,7 @@ def check(sources: Sequence[str] = (), *, facts: Optional[Snapshot] = None, prof
     """Judge one host: `facts` if given, else `sources` (captures), else this host. `skip`/`only` take check ids
     or areas (gpu, driver, ...); what they remove is returned as `waived`, never dropped silently."""
     from .rules import Context, check_filters, judge_all, select
-    try:
-        check_filters(skip, only)
-    except ValueError as exc:
-        raise BadInput(str(exc).replace("--skip ", "skip ").replace("--only ", "only ")) from None
+    check_filters(skip, only)
     context = Context(profile=profile(profile_name), require_gpu=require_gpu)
     snap = facts if facts is not None else snapshot(sources, root=root, docker=docker, deep=deep,
                                                    allow_mixed=allow_mixed)
@@ -97,3 +94,141 @@ def compat(driver: str, *, cuda: Optional[str] = None, cudnn: Optional[str] = No
     """Will this driver run this CUDA / cuDNN / PyTorch wheel on this GPU? No host needed."""
     from .rules.compat import judge_combination
     return judge_combination(driver, cuda, cudnn, torch, gpu, cc)
+
+
+@dataclass
+class ApplyResult:
+    """One apply or revert run: per-host results (`outcome.state.hosts`), where its records are, and whether every
+    host succeeded. `interrupted_by` is the signal that cancelled it, if any."""
+    playbook: str
+    check: bool
+    outcome: Any        # ansible.runner.ApplyOutcome
+
+    @property
+    def succeeded(self) -> bool:
+        state = self.outcome.state
+        return state.finished and all(h.succeeded and h.final for h in state.hosts.values())
+
+    @property
+    def hosts(self) -> Dict[str, Any]:
+        return dict(self.outcome.state.hosts)
+
+    @property
+    def interrupted_by(self) -> Optional[int]:
+        return self.outcome.signal
+
+    def document(self) -> dict:
+        from .report import apply_document
+        return apply_document(self.playbook, self.check, self.succeeded, self.outcome)
+
+
+def _playbook(playbook: str, inventory: Optional[str], *, local: bool, limit: Optional[str], forks: Optional[int],
+              variables: Optional[Dict[str, Any]], internal: Dict[str, Any], tags: Sequence[str],
+              skip_tags: Sequence[str], check: bool, diff: bool, mitogen: bool, verbosity: int,
+              timeout: Optional[int], connection, on_update, on_output) -> ApplyResult:
+    from .ansible.runner import ApplyRequest, run
+    if local and inventory:
+        raise BadInput(lambda name: f"give either {name('inventory')} INVENTORY or {name('local')}, not both")
+    request = ApplyRequest(playbook=playbook, inventory=inventory, limit=limit, local=local, forks=forks,
+                           extravars=dict(variables or {}), internal_vars=internal, tags=list(tags),
+                           skip_tags=list(skip_tags), check=check, diff=diff, mitogen=mitogen, verbosity=verbosity,
+                           timeout=timeout, connection=connection)
+    return ApplyResult(playbook, check, run(request, on_update, on_output))
+
+
+def apply(inventory: Optional[str] = None, *, local: bool = False, limit: Optional[str] = None,
+          forks: Optional[int] = None, variables: Optional[Dict[str, Any]] = None, tags: Sequence[str] = (),
+          skip_tags: Sequence[str] = (), check: bool = False, diff: bool = False, full: bool = False,
+          mitogen: bool = True, verbosity: int = 0, timeout: Optional[int] = None, connection=None,
+          on_update=None, on_output=None) -> ApplyResult:
+    """Run the roles (every one, or `tags`) on the inventory's hosts, or this machine with `local`. `variables`
+    are role variables (secret: redacted from every record); `check`/`diff` change nothing and show what would
+    change; `full` runs every task even in roles whose host still holds their last full run's result."""
+    internal: Dict[str, Any] = {"gpuprep_fast_rerun": False} if full else {}
+    if "gpuprep_agent" in tags and "gpuprep_agent_pyz" not in (variables or {}):
+        from .zipapp import probe_zipapp    # the agent role installs this very gpuprep's probe
+        internal["gpuprep_agent_pyz"] = probe_zipapp()
+    return _playbook("apply.yml", inventory, local=local, limit=limit, forks=forks, variables=variables,
+                     internal=internal, tags=tags, skip_tags=skip_tags, check=check, diff=diff, mitogen=mitogen,
+                     verbosity=verbosity, timeout=timeout, connection=connection, on_update=on_update,
+                     on_output=on_output)
+
+
+def revert(inventory: Optional[str] = None, *, local: bool = False, limit: Optional[str] = None,
+           forks: Optional[int] = None, variables: Optional[Dict[str, Any]] = None, tags: Sequence[str] = (),
+           mitogen: bool = True, verbosity: int = 0, timeout: Optional[int] = None, connection=None,
+           on_update=None, on_output=None) -> ApplyResult:
+    """Put back what apply recorded, for every role or the roles in `tags`."""
+    from .ansible.runner import ROLE_TAGS
+    unknown = [t for t in tags if t not in ROLE_TAGS]
+    if unknown:
+        raise bad_argument("tags", f"{', '.join(unknown)}: unknown role(s) (roles: {', '.join(ROLE_TAGS)})")
+    return _playbook("revert.yml", inventory, local=local, limit=limit, forks=forks, variables=variables,
+                     internal={}, tags=tags, skip_tags=(), check=False, diff=False, mitogen=mitogen,
+                     verbosity=verbosity, timeout=timeout, connection=connection, on_update=on_update,
+                     on_output=on_output)
+
+
+@dataclass
+class BurninResult:
+    """A burn-in judged: the ranks' results (`run`), the findings, the backend that ran, the time asked for."""
+    run: Any            # burnin.RunResult
+    findings: List[Finding]
+    backend: str
+    seconds: float
+
+    @property
+    def verdict(self) -> str:
+        return worst(self.findings)
+
+    def document(self) -> dict:
+        from .report import burnin_document
+        return burnin_document(self.run, self.findings, self.backend, self.seconds)
+
+
+def burnin_ranks(ranks: Optional[int], backend: str = "auto"):
+    """(backend, ranks per node) a burn-in on this host uses: nccl with one rank per GPU where there are GPUs,
+    else gloo with 2 ranks."""
+    from .burnin import detect_gpus
+    gpus = detect_gpus()
+    if backend == "nccl" and not gpus:
+        raise bad_argument("backend", "nccl needs NVIDIA GPUs; this host has none (use gloo)")
+    chosen = backend if backend != "auto" else ("nccl" if gpus else "gloo")
+    if ranks is None:
+        return chosen, (gpus if chosen == "nccl" else 2)
+    if ranks < 1:
+        raise bad_argument("ranks", f"{ranks} is not a positive number")
+    return chosen, ranks
+
+
+def burnin(seconds: float = 60.0, *, ranks: Optional[int] = None, backend: str = "auto", nnodes: int = 1,
+           node_rank: int = 0, master: Optional[str] = None, rdzv_timeout: float = 60.0,
+           inventory: Optional[str] = None, connection=None, on_start=None, on_progress=None) -> BurninResult:
+    """Train a small DDP model on every rank for `seconds` (torchrun), sweep all-reduce bandwidth, check GPU
+    memory, and judge the ranks together. With `inventory`, on every host of it (the first is the rendezvous);
+    with `nnodes` > 1, this host is node `node_rank` of a run whose rendezvous is `master` (HOST:PORT).
+    `on_start(backend, ranks_per_node)` is called once the run is about to start on this host."""
+    from .burnin import launch, torch_problem
+    from .burnin.judge import judge
+    if node_rank >= nnodes:
+        raise bad_argument("node_rank", lambda name: f"{node_rank} must be below {name('nnodes')} {nnodes}")
+    if nnodes > 1 and not master:
+        raise bad_argument("nnodes", lambda name: f"> 1 needs {name('master')} HOST:PORT (the rendezvous on node rank 0)")
+    if master and nnodes == 1 and not inventory:
+        raise bad_argument("master", lambda name: f"is for a multi-node run: give {name('nnodes')} N (and "
+                                                  f"{name('node_rank')}), or {name('inventory')} INVENTORY")
+    if inventory:
+        from .burnin.fleet_run import run_fleet
+        run = run_fleet(inventory, seconds, "auto" if ranks is None else str(ranks), backend, master, rdzv_timeout,
+                        connection=connection)
+        chosen = next(iter(run.ranks.values()))["backend"] if run.ranks else backend
+    else:
+        problem = torch_problem()
+        if problem:
+            raise BadInput(problem)
+        chosen, per_node = burnin_ranks(ranks, backend)
+        if on_start:
+            on_start(chosen, per_node)
+        run = launch(seconds, per_node, chosen, nnodes=nnodes, node_rank=node_rank, master=master,
+                     rdzv_timeout=rdzv_timeout, on_progress=on_progress)
+    return BurninResult(run, judge(run), chosen, seconds)

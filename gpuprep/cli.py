@@ -10,49 +10,62 @@ from typing import List, Optional, Sequence
 import click
 
 from . import __version__
-from .errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, GpuprepError
+from . import errors
+from .errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 
-_JSON_ERRORS = False     # set when the command line asks for JSON: errors are a JSON document on stdout too
+# Flags that set the API's arguments: a library error about an argument is shown with the flag the user typed.
+FLAGS = {"driver": "--driver", "cuda": "--cuda", "cudnn": "--cudnn", "torch": "--torch", "gpu": "--gpu", "cc": "--cc",
+         "duration": "--duration", "master": "--master", "nnodes": "--nnodes", "node_rank": "--node-rank",
+         "backend": "--backend", "ranks": "--nproc", "plan": "--plan", "baseline": "--baseline", "output": "-o",
+         "extra_vars": "-e", "skip": "--skip", "only": "--only", "tags": "--tags", "inventory": "-i",
+         "local": "--local"}
 
 
-def _emit_error(message: str, code: int) -> None:
-    click.echo(f"gpuprep: error: {message}", err=True)
-    if _JSON_ERRORS:
-        from .report import error_document, to_json
-        click.echo(to_json(error_document(message, code)))
-    sys.exit(code)
+# click's own endings in front of gpuprep's table (errors.EXITS): (exception type, exit code, message, debug).
+EXITS = (
+    (click.exceptions.Exit, lambda e: e.exit_code, None, False),
+    (click.ClickException, lambda e: EXIT_BAD_INPUT, lambda e, flags: e.format_message(), False),
+    (click.exceptions.Abort, lambda e: EXIT_FAILED, lambda e, flags: "aborted", False),
+) + errors.EXITS
 
 
 def _wants_json(argv: Sequence[str]) -> bool:
+    """Errors are a JSON document on stdout too when the command line asks for JSON (read before click parses it,
+    since a parse error must be answered in the same form)."""
     args = list(argv)
     return "--json" in args or "--format=json" in args or any(
         a == "--format" and i + 1 < len(args) and args[i + 1] == "json" for i, a in enumerate(args))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    global _JSON_ERRORS
-    _JSON_ERRORS = _wants_json(sys.argv[1:] if argv is None else argv)
+    """parse -> call -> render -> exit code: each command returns its exit code; errors go through EXITS."""
+    as_json = _wants_json(sys.argv[1:] if argv is None else argv)
     try:
-        cli.main(args=argv, prog_name="gpuprep", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        _emit_error(exc.format_message(), EXIT_BAD_INPUT)
-    except click.exceptions.Abort:
-        _emit_error("aborted", EXIT_FAILED)
-    except GpuprepError as exc:
-        if os.environ.get("GPUPREP_DEBUG") == "1":
-            raise
-        _emit_error(str(exc), exc.exit_code)
-    except KeyboardInterrupt:
-        _emit_error("interrupted", 130)
-    except Exception as exc:  # a bug: one line unless asked for the traceback
-        if os.environ.get("GPUPREP_DEBUG") == "1":
-            raise
-        _emit_error(f"internal error: {type(exc).__name__}: {exc} (set GPUPREP_DEBUG=1 for the traceback)",
-                    EXIT_FAILED)
-    sys.exit(EXIT_OK)
+        code = cli.main(args=argv, prog_name="gpuprep", standalone_mode=False)
+    except Exception as exc:      # noqa: BLE001 (mapped by the table; a bug included)
+        code = _failed(exc, as_json)
+    except KeyboardInterrupt as exc:
+        code = _failed(exc, as_json)
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def _failed(exc: BaseException, as_json: bool) -> int:
+    code, message, debug = errors.exit_for(exc, FLAGS, EXITS)
+    if debug and os.environ.get("GPUPREP_DEBUG") == "1":
+        raise exc
+    if message is not None:
+        click.echo(f"gpuprep: error: {message}", err=True)
+        if as_json:
+            from .report import error_document, to_json
+            click.echo(to_json(error_document(message, code)))
+    return code
+
+
+def _verdict_exit(document: dict, interrupted: Optional[int] = None) -> int:
+    if interrupted:             # Ctrl-C / SIGTERM: what was not done is reported as interrupted
+        return 128 + interrupted
+    return EXIT_FAILED if document["verdict"] == "fail" else EXIT_OK
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -136,17 +149,15 @@ def snapshot(sources, output, inventory, limit, forks, root, no_docker):
     from .output import check_destination, write_atomic
     if inventory:
         from .errors import BadInput
-        from .fleet import save
+        from .fleet_check import save
         if not output or not os.path.isdir(output):
             raise BadInput("snapshot -i needs -o DIR, an existing directory for one snapshot file per host")
         members, cancelled = _gather_fleet(inventory, limit, forks, progress=True)
         for path in save(members, output):
             click.echo(path)
         if cancelled:
-            sys.exit(128 + cancelled)
-        if any(m.snapshot is None for m in members):
-            sys.exit(EXIT_FAILED)
-        return
+            return 128 + cancelled
+        return EXIT_FAILED if any(m.snapshot is None for m in members) else EXIT_OK
     if output:
         check_destination(output)
     snap = _gather(list(sources), root, no_docker)
@@ -160,7 +171,7 @@ def snapshot(sources, output, inventory, limit, forks, root, no_docker):
 def _gather_fleet(inventory, limit, forks, progress: bool):
     """The fleet's members, with apply's live per-host view on a terminal (plain lines otherwise)."""
     from .ansible.view import line_view, live_view
-    from .fleet import gather
+    from .fleet_check import gather
     connection = _connection()
     if progress and sys.stderr.isatty():
         with live_view() as on_update:
@@ -233,13 +244,10 @@ def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, 
           require_gpu, verbose, facts_only, root, no_docker, deep, allow_mixed):
     """Gather facts (or read captures), judge them, report findings. Exit 1 if any check (or host) fails."""
     from .errors import BadInput
-    from .fleet import saved_fleet
+    from .fleet_check import saved_fleet
     from .rules import Context, check_filters
 
-    try:
-        check_filters(skip, only)
-    except ValueError as exc:
-        raise BadInput(str(exc)) from None
+    check_filters(skip, only)
     fmt = _chosen_format(fmt, as_json, output)
     if output:
         from .output import check_destination
@@ -251,8 +259,8 @@ def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, 
     if deep and (inventory or members is not None):
         raise BadInput("--deep runs on this host only; across a fleet the container_toolkit role runs the smoke test")
     if inventory or members is not None:
-        _check_fleet(inventory, limit, forks, members, context, skip, only, baseline, show_drift, fmt, output, verbose)
-        return
+        return _check_fleet(inventory, limit, forks, members, context, skip, only, baseline, show_drift, fmt, output,
+                            verbose)
     if baseline or show_drift:
         raise BadInput("--baseline and --drift compare hosts: give -i INVENTORY or snapshots of several hosts")
     if facts_only and require_gpu:
@@ -264,12 +272,11 @@ def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, 
             click.echo(render_facts_only(snap, colour=sys.stdout.isatty()), nl=False)
         else:
             click.echo(snap.to_json())
-        return
+        return EXIT_OK
     from . import api
     document = api.check(facts=snap, profile_name=profile, require_gpu=require_gpu, skip=skip, only=only).document()
     _emit(document, fmt, output, verbose)
-    if document["verdict"] == "fail":
-        sys.exit(EXIT_FAILED)
+    return _verdict_exit(document)
 
 
 def _profile(profile):
@@ -281,17 +288,14 @@ def _profile(profile):
 
 def _check_fleet(inventory, limit, forks, members, context, skip, only, baseline, show_drift, fmt, output, verbose):
     """`members`: a saved fleet already read, or None to gather the inventory's."""
-    from .fleet import judge_fleet
+    from .fleet_check import judge_fleet
     from .report import fleet_document
     cancelled = None
     if inventory:
         members, cancelled = _gather_fleet(inventory, limit, forks, progress=fmt == "text")
     document = fleet_document(judge_fleet(members, context, skip, only, baseline))
     _emit(document, fmt, output, verbose, drift_groups=show_drift)
-    if cancelled:             # Ctrl-C / SIGTERM: the hosts not probed are reported as interrupted
-        sys.exit(128 + cancelled)
-    if document["verdict"] == "fail":
-        sys.exit(EXIT_FAILED)
+    return _verdict_exit(document, cancelled)
 
 
 @cli.command()
@@ -314,8 +318,7 @@ def compat(driver, cuda, cudnn, torch_version, gpu, cc, as_json):
         out = Writer(sys.stdout.isatty())
         render_findings(findings, out, verbose=True)
         click.echo(out.text(), nl=False)
-    if any(f.severity == "fail" for f in findings):
-        sys.exit(EXIT_FAILED)
+    return EXIT_FAILED if any(f.severity == "fail" for f in findings) else EXIT_OK
 
 
 @cli.command()
@@ -416,40 +419,37 @@ def _apply_options(fn):
     return _connection_options(fn)
 
 
-def _run_playbook(playbook, inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, run_timeout,
-                  tags=(), skip_tags=(), check=False, diff=False):
-    from .ansible.runner import ApplyRequest, parse_extravars, run
+def _run_playbook(call, as_json, verbosity, diff=False, **arguments) -> int:
+    """api.apply or api.revert with this command line's connection and progress view; the summary, then the exit
+    code: 0 when every host succeeded."""
     from .ansible.view import line_view, live_view, summary_table
-    request = ApplyRequest(playbook=playbook, inventory=inventory, limit=limit, local=local, forks=forks,
-                           extravars=parse_extravars(extra_vars), tags=_split(tags), skip_tags=_split(skip_tags, "--skip-tags"),
-                           check=check, diff=diff, mitogen=not no_mitogen, verbosity=verbosity, timeout=run_timeout)
-    if request.local and request.inventory:
-        from .errors import BadInput
-        raise BadInput("give either -i INVENTORY or --local, not both")
-    request.connection = _connection()
+    arguments.update(connection=_connection(), verbosity=verbosity)
     if verbosity:       # Ansible's own output on stderr instead of the progress view (stdout stays the report)
-        outcome = run(request, on_output=lambda text: click.echo(text, err=True))
+        result = call(on_output=lambda text: click.echo(text, err=True), **arguments)
     elif as_json:
-        outcome = run(request)
+        result = call(**arguments)
     elif sys.stderr.isatty():
         with live_view() as on_update:
-            outcome = run(request, on_update)
+            result = call(on_update=on_update, **arguments)
     else:
-        outcome = run(request, line_view(lambda line: click.echo(line, err=True)))
-    state = outcome.state
-    succeeded = state.finished and all(h.succeeded and h.final for h in state.hosts.values())
+        result = call(on_update=line_view(lambda line: click.echo(line, err=True)), **arguments)
     if as_json:
-        from .report import apply_document, to_json
-        click.echo(to_json(apply_document(playbook, check, succeeded, outcome)))
+        from .report import to_json
+        click.echo(to_json(result.document()))
     else:
         if diff:
             from .ansible.view import diff_text
-            click.echo(diff_text(state), nl=False)
-        click.echo(summary_table(state, outcome.artifacts), nl=False)
-    if outcome.signal:
-        sys.exit(128 + outcome.signal)
-    if not succeeded:
-        sys.exit(EXIT_FAILED)
+            click.echo(diff_text(result.outcome.state), nl=False)
+        click.echo(summary_table(result.outcome.state, result.outcome.artifacts), nl=False)
+    if result.interrupted_by:
+        return 128 + result.interrupted_by
+    return EXIT_OK if result.succeeded else EXIT_FAILED
+
+
+def _playbook_arguments(inventory, limit, local, forks, extra_vars, no_mitogen, run_timeout) -> dict:
+    from .ansible.runner import parse_extravars
+    return dict(inventory=inventory, limit=limit, local=local, forks=forks, variables=parse_extravars(extra_vars),
+                mitogen=not no_mitogen, timeout=run_timeout)
 
 
 def _split(values, option: str = "--tags"):
@@ -472,14 +472,10 @@ def _split(values, option: str = "--tags"):
 def apply(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, run_timeout, tags, skip_tags,
           check, diff, full):
     """Tune GPU nodes with gpuprep's Ansible roles (through ansible-runner). Exit 0 only if every host succeeded."""
-    if full:
-        extra_vars = (*extra_vars, "gpuprep_fast_rerun=false")
-    if "gpuprep_agent" in _split(tags) and not any(e.startswith("gpuprep_agent_pyz=") for e in extra_vars):
-        from .zipapp import probe_zipapp    # the agent role installs this very gpuprep's probe
-        extra_vars = (*extra_vars, f"gpuprep_agent_pyz={probe_zipapp()}")
-    _run_playbook("apply.yml", inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, run_timeout,
-                  tags, skip_tags,
-                  check, diff)
+    from . import api
+    return _run_playbook(api.apply, as_json, verbosity, diff=diff, tags=_split(tags),
+                         skip_tags=_split(skip_tags, "--skip-tags"), check=check, full=full,
+                         **_playbook_arguments(inventory, limit, local, forks, extra_vars, no_mitogen, run_timeout))
 
 
 @cli.command()
@@ -487,13 +483,9 @@ def apply(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbo
 @click.option("--tags", multiple=True, help="Only these roles, comma-separated (default: every role).")
 def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, run_timeout, tags):
     """Put back everything apply recorded (files, units, values, held packages, clocks)."""
-    from .ansible.runner import ROLE_TAGS
-    from .errors import BadInput
-    unknown = [t for t in _split(tags) if t not in ROLE_TAGS]
-    if unknown:
-        raise BadInput(f"unknown role(s) {', '.join(unknown)} (roles: {', '.join(ROLE_TAGS)})")
-    _run_playbook("revert.yml", inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verbosity, run_timeout,
-                  tags)
+    from . import api
+    return _run_playbook(api.revert, as_json, verbosity, tags=_split(tags),
+                         **_playbook_arguments(inventory, limit, local, forks, extra_vars, no_mitogen, run_timeout))
 
 
 @cli.command()
@@ -509,54 +501,30 @@ def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verb
 @_connection_options
 def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_timeout, fmt, as_json, output):
     """Short torchrun DDP burn-in: every rank trains, all-reduce bandwidth sweep, memory check, straggler named."""
-    from .burnin import launch, parse_duration, torch_problem
-    from .burnin.judge import judge
-    from .errors import BadInput
-    from .report import burnin_document
+    from . import api
+    from .burnin import parse_duration
     seconds = parse_duration(duration)
     fmt = _chosen_format(fmt, as_json, output)
     quiet = fmt != "text" or bool(output)
     if output:
         from .output import check_destination
         check_destination(output)
-    if node_rank >= nnodes:
-        raise BadInput(f"--node-rank {node_rank} must be below --nnodes {nnodes}")
-    if nnodes > 1 and not master:
-        raise BadInput("--nnodes > 1 needs --master HOST:PORT (the rendezvous on node rank 0)")
-    if master and nnodes == 1 and not inventory:
-        raise BadInput("--master is for a multi-node run: give --nnodes N (and --node-rank), or -i INVENTORY")
-    if inventory:
-        from .burnin.fleet import run_fleet
-        run = run_fleet(inventory, seconds, nproc, backend, master, rdzv_timeout, connection=_connection())
-        chosen = next(iter(run.ranks.values()))["backend"] if run.ranks else backend
-    else:
-        problem = torch_problem()
-        if problem:
-            raise BadInput(problem)
-        chosen, per_node = _burnin_plan(nproc, backend)
+    if nproc != "auto" and not (nproc.isdigit() and int(nproc) >= 1):
+        from .errors import BadInput
+        raise BadInput(f"--nproc {nproc!r} is not a positive number or 'auto'")
+
+    def started(backend_chosen, per_node):
         if not quiet:
-            click.echo(f"burn-in: {per_node} rank(s) x {nnodes} node(s), backend {chosen}, {seconds:.0f} s", err=True)
-        with _phase_progress(not quiet and sys.stderr.isatty()) as on_progress:
-            run = launch(seconds, per_node, chosen, nnodes=nnodes, node_rank=node_rank, master=master,
-                         rdzv_timeout=rdzv_timeout, on_progress=on_progress)
-    document = burnin_document(run, judge(run), chosen, seconds)
+            click.echo(f"burn-in: {per_node} rank(s) x {nnodes} node(s), backend {backend_chosen}, {seconds:.0f} s",
+                       err=True)
+    with _phase_progress(not quiet and not inventory and sys.stderr.isatty()) as on_progress:
+        result = api.burnin(seconds, ranks=None if nproc == "auto" else int(nproc), backend=backend, nnodes=nnodes,
+                            node_rank=node_rank, master=master, rdzv_timeout=rdzv_timeout, inventory=inventory,
+                            connection=_connection() if inventory else None, on_start=started,
+                            on_progress=on_progress)
+    document = result.document()
     _emit(document, fmt, output)
-    if document["verdict"] == "fail":
-        sys.exit(EXIT_FAILED)
-
-
-def _burnin_plan(nproc, backend):
-    from .burnin import detect_gpus
-    from .errors import BadInput
-    gpus = detect_gpus()
-    if backend == "nccl" and not gpus:
-        raise BadInput("--backend nccl needs NVIDIA GPUs; this host has none (use gloo)")
-    chosen = backend if backend != "auto" else ("nccl" if gpus else "gloo")
-    if nproc == "auto":
-        return chosen, (gpus if chosen == "nccl" else 2)
-    if nproc.isdigit() and int(nproc) >= 1:
-        return chosen, int(nproc)
-    raise BadInput(f"--nproc {nproc!r} is not a positive number or 'auto'")
+    return _verdict_exit(document)
 
 
 def _phase_progress(enabled):

@@ -9,7 +9,7 @@ import os
 import shutil
 from typing import Dict, List, Optional, Sequence
 
-from .errors import BadInput
+from .errors import BadInput, bad_argument
 from .importers.values import compress_cpulist
 from .report import PLAN_SCHEMA
 from .plan import LaunchPlan, Rank, local_rank
@@ -20,19 +20,19 @@ def load_plan(path: str) -> LaunchPlan:
     try:
         document = json.loads(read_capture(path))
     except BadInput as exc:
-        raise BadInput(f"--plan {exc}") from None
+        raise bad_argument("plan", f"{exc}") from None
     except (ValueError, RecursionError):
-        raise BadInput(f"--plan {path}: not JSON (write it with gpuprep plan --json -o FILE)") from None
+        raise bad_argument("plan", f"{path}: not JSON (write it with gpuprep plan --json -o FILE)") from None
     schema = document.get("schema") if isinstance(document, dict) else None
     if not isinstance(schema, str) or not schema.startswith("gpuprep.plan/"):
-        raise BadInput(f"--plan {path}: not a gpuprep plan document (gpuprep plan --json -o FILE)")
+        raise bad_argument("plan", f"{path}: not a gpuprep plan document (gpuprep plan --json -o FILE)")
     if schema != PLAN_SCHEMA:
-        raise BadInput(f"--plan {path}: schema {schema[:40]!r} is not {PLAN_SCHEMA!r}, the one this gpuprep reads "
+        raise bad_argument("plan", f"{path}: schema {schema[:40]!r} is not {PLAN_SCHEMA!r}, the one this gpuprep reads "
                        "(plan again with this version)")
     try:
         return LaunchPlan.from_dict(document)
     except BadInput as exc:
-        raise BadInput(f"--plan {path}: {exc}") from None
+        raise bad_argument("plan", f"{path}: {exc}") from None
 
 
 def rank_plan(plan_file: Optional[str], mode: str, environ: Dict[str, str]) -> Rank:

@@ -15,7 +15,7 @@ from .errors import BadInput
 
 _PACKAGE = Path(__file__).resolve().parent
 # controller-only parts: the CLI, the Ansible layer and the burn-in never run from the zipapp
-_LEFT_OUT = {"cli.py", "__main__.py", "zipapp.py", "fleet.py", "ansible", "burnin", "share", "__pycache__"}
+_LEFT_OUT = {"cli.py", "__main__.py", "zipapp.py", "fleet_check.py", "ansible", "burnin", "share", "__pycache__"}
 MIN_PYTHON = (3, 8)
 
 _MAIN = f'''import sys
@@ -23,7 +23,7 @@ if sys.version_info < {MIN_PYTHON!r}:
     sys.stderr.write("gpuprep-probe: error: needs python3 >= {'.'.join(map(str, MIN_PYTHON))}, this is %s\\n"
                      % sys.version.split()[0])
     sys.exit(2)
-from gpuprep.node import main
+from gpuprep.probe_main import main
 sys.exit(main())
 '''
 

@@ -54,7 +54,7 @@ def pytest_sessionstart(session):
     # Without Docker the container tests skip (a laptop runs the rest); CI sets GPUPREP_REQUIRE_DOCKER=1 so a
     # missing engine is a failure there, not a quiet skip of half the suite.
     if os.environ.get("GPUPREP_REQUIRE_DOCKER") == "1":
-        from nodes import docker_ready
+        from containers import docker_ready
         if not docker_ready():
             pytest.exit("GPUPREP_REQUIRE_DOCKER=1 but the Docker engine or base image is missing "
                         "(.ci/docker-setup.sh)", returncode=2)

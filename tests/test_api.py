@@ -45,3 +45,46 @@ def test_plan_and_compat():
     assert [(r.local_rank, r.gpu) for r in layout.ranks] == [(0, 2), (1, 3)]
     (finding,) = [f for f in api.compat("470.57.02", torch="2.5.1+cu124") if f.id == "compat.torch-driver"]
     assert finding.severity == "fail"
+
+
+@pytest.mark.parametrize("call, argument, flag", [
+    (lambda: api.compat("not-a-driver", cuda="12.4"), "driver", "--driver"),
+    (lambda: api.compat("535.104.05", cudnn="9.1.0"), "cudnn", "--cudnn"),
+    (lambda: api.burnin(30, nnodes=2, node_rank=2, master="127.0.0.1:29500"), "node_rank", "--node-rank"),
+    (lambda: api.burnin(30, nnodes=2), "nnodes", "--nnodes"),
+    (lambda: api.burnin(30, ranks=0, backend="gloo"), "ranks", "--nproc"),
+    (lambda: api.revert("localhost,", tags=["no_such_role"]), "tags", "--tags"),
+])
+def test_argument_errors_name_the_argument_and_the_cli_names_its_flag(call, argument, flag):
+    """The library words an error after its own argument; the CLI's one error table shows the flag instead."""
+    from gpuprep.cli import EXITS, FLAGS
+    from gpuprep.errors import EXIT_BAD_INPUT, exit_for
+    with pytest.raises(BadInput) as caught:
+        call()
+    error = caught.value
+    assert error.argument == argument and "--" not in str(error) and str(error).startswith(argument + " ")
+    code, message, _ = exit_for(error, FLAGS, EXITS)
+    assert code == EXIT_BAD_INPUT and message.startswith(flag + " ")
+
+
+def test_a_message_that_names_other_arguments_names_them_the_callers_way():
+    from gpuprep.cli import EXITS, FLAGS
+    from gpuprep.errors import exit_for
+    with pytest.raises(BadInput) as caught:
+        api.burnin(30, nnodes=2, node_rank=2, master="127.0.0.1:29500")
+    assert str(caught.value) == "node_rank 2 must be below nnodes 2"
+    assert exit_for(caught.value, FLAGS, EXITS)[1] == "--node-rank 2 must be below --nnodes 2"
+
+
+def test_the_exit_table_maps_every_ending_once():
+    """The CLI's one table from what ended a command to its exit code: gpuprep's errors, click's usage errors,
+    interrupts and bugs (one line, exit 1: never a traceback unless GPUPREP_DEBUG=1)."""
+    import click
+
+    from gpuprep.cli import EXITS, FLAGS
+    from gpuprep.errors import GpuprepError, exit_for
+    assert exit_for(click.UsageError("no such option"), FLAGS, EXITS)[:2] == (2, "no such option")
+    assert exit_for(GpuprepError("host h1 failed"), FLAGS, EXITS)[:2] == (1, "host h1 failed")
+    assert exit_for(KeyboardInterrupt(), FLAGS, EXITS)[:2] == (130, "interrupted")
+    code, message, debug = exit_for(ZeroDivisionError("x"), FLAGS, EXITS)
+    assert code == 1 and message.startswith("internal error: ZeroDivisionError") and debug

@@ -76,7 +76,7 @@ def test_a_setup_error_is_named_instead_of_blaming_a_rank_or_the_rendezvous():
 
 def test_a_host_without_gpuprep_is_a_setup_error_of_that_host():
     from gpuprep.ansible.reducer import RunState, reduce
-    from gpuprep.burnin.fleet import _host_setup_errors
+    from gpuprep.burnin.fleet_run import _host_setup_errors
     state = RunState()
     reduce(state, {"event": "runner_on_failed", "event_data": {"host": "node2", "task": "Run this node's ranks",
                    "res": {"msg": "[Errno 2] No such file or directory: b'/opt/gpuprep/bin/gpuprep'", "rc": 2}}}, 0.0)

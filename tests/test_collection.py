@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from nodes import docker_ready, node_exec, prepare, remove_nodes, start_nodes, write_inventory
+from containers import docker_ready, node_exec, prepare, remove_nodes, start_nodes, write_inventory
 
 BIN = Path(sys.executable).parent
 NODE = "gpuprep-collection-1"

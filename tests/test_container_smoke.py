@@ -14,7 +14,7 @@ from gpuprep.module_utils.gpuprep_container_smoke import (
 )
 from gpuprep.rules import judge_all
 from gpuprep.snapshot import CommandRun, Smoke, Snapshot
-from nodes import CORPUS, docker_ready
+from containers import CORPUS, docker_ready
 
 DATA = REPO / "tests" / "data" / "container"
 ARGV = ["docker", "run", "--rm", "--network", "none", "--gpus", "all", "gpuprep/gpu-smoke:x", "nvidia-smi", "-L"]

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import REPO, run_cli
-from nodes import docker, docker_ready, node_exec, prepare, remove_nodes, start_nodes, write_inventory
+from containers import docker, docker_ready, node_exec, prepare, remove_nodes, start_nodes, write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow,
               pytest.mark.skipif(not docker_ready(), reason="needs Docker and the base image (.ci/docker-setup.sh)")]

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import run_cli
-from nodes import docker, docker_ready, node_exec, remove_nodes, start_nodes, write_inventory
+from containers import docker, docker_ready, node_exec, remove_nodes, start_nodes, write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow,
               pytest.mark.skipif(not docker_ready(), reason="needs Docker and the base image (.ci/docker-setup.sh)")]

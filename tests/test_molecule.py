@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from nodes import docker_ready
+from containers import docker_ready
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 SCENARIOS = sorted(p.name for p in (REPO / "molecule").iterdir() if (p / "molecule.yml").is_file())

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, corpus
-from nodes import docker_ready, node_exec, prepare, remove_nodes, start_nodes, write_inventory
+from containers import docker_ready, node_exec, prepare, remove_nodes, start_nodes, write_inventory
 
 pytestmark = [pytest.mark.slow]
 

@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from gpuprep.node import TEXTFILE_MIN_PYTHON
+from gpuprep.probe_main import TEXTFILE_MIN_PYTHON
 from gpuprep.zipapp import MIN_PYTHON, _members
 
 VERMIN = os.path.join(os.path.dirname(sys.executable), "vermin")

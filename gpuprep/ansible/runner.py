@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..errors import BadInput
+from ..errors import BadInput, GpuprepError, bad_argument
 from ..resources import collection_dir, collections_path, playbooks_dir
 from .artifacts import scrub
 from .reducer import RunState, interrupt, reduce
@@ -129,7 +129,7 @@ def parse_extravars(values: Sequence[str]) -> Dict[str, object]:
         if text.startswith("@"):
             out.update(_vars_file(text[1:]))
         elif text.startswith("{"):
-            out.update(_mapping(text, f"-e {value!r}"))
+            out.update(_mapping(text, f"{value!r}"))
         else:
             out.update(_pairs(value))
     return out
@@ -157,29 +157,29 @@ def _mapping(text: str, origin: str) -> Dict[str, object]:
     try:
         data = yaml.load(text, Loader=_no_aliases_loader())      # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
-        raise BadInput(f"{origin}: not valid JSON/YAML ({str(exc).splitlines()[0]})") from None
+        raise bad_argument("extra_vars", f"{origin}: not valid JSON/YAML ({str(exc).splitlines()[0]})") from None
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(k, str) and k.isidentifier() for k in data):
-        raise BadInput(f"{origin}: expected a mapping of variable names to values")
+        raise bad_argument("extra_vars", f"{origin}: expected a mapping of variable names to values")
     return data
 
 
 def _vars_file(path: str) -> Dict[str, object]:
     if not path:
-        raise BadInput("-e @: expected @FILE (YAML or JSON)")
+        raise bad_argument("extra_vars", "@: expected @FILE (YAML or JSON)")
     try:
         with open(path, "rb") as fh:
             data = fh.read(MAX_VARS_BYTES + 1)
     except OSError as exc:
-        raise BadInput(f"-e @{path}: cannot read ({exc.strerror or exc})") from None
+        raise bad_argument("extra_vars", f"@{path}: cannot read ({exc.strerror or exc})") from None
     if len(data) > MAX_VARS_BYTES:
-        raise BadInput(f"-e @{path}: larger than {MAX_VARS_BYTES >> 20} MiB, not a variables file")
+        raise bad_argument("extra_vars", f"@{path}: larger than {MAX_VARS_BYTES >> 20} MiB, not a variables file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadInput(f"-e @{path}: not UTF-8 text (byte {exc.start})") from None
-    return _mapping(text, f"-e @{path}")
+        raise bad_argument("extra_vars", f"@{path}: not UTF-8 text (byte {exc.start})") from None
+    return _mapping(text, f"@{path}")
 
 
 def _pairs(value: str) -> Dict[str, object]:
@@ -189,14 +189,14 @@ def _pairs(value: str) -> Dict[str, object]:
     try:
         words = shlex.split(value)
     except ValueError as exc:
-        raise BadInput(f"-e {value!r}: {exc}") from None
+        raise bad_argument("extra_vars", f"{value!r}: {exc}") from None
     if not all("=" in w for w in words):       # `k={a: 1, b: 2}`: one pair whose value has spaces
         words = [value.strip()]
     out: Dict[str, object] = {}
     for word in words or [value]:
         key, sep, raw = word.partition("=")
         if not sep or not key.strip().isidentifier():
-            raise BadInput(f"-e {value!r}: expected KEY=VALUE, a JSON/YAML mapping or @FILE")
+            raise bad_argument("extra_vars", f"{value!r}: expected KEY=VALUE, a JSON/YAML mapping or @FILE")
         try:
             out[key.strip()] = yaml.safe_load(raw) if raw else ""
         except yaml.YAMLError:
@@ -312,7 +312,7 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
         inventory = os.path.abspath(request.inventory) if os.path.exists(request.inventory) else request.inventory
         extravars = {}
     else:
-        raise BadInput("give an inventory with -i, or --local for this machine")
+        raise BadInput(lambda name: f"give an inventory with {name('inventory')}, or {name('local')} for this machine")
     try:
         hosts = inventory_hosts(inventory, request.limit)
     except BadInput:
@@ -394,7 +394,7 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
         on_update(state)
     if not caught and not timed_out and not state.finished and runner.rc != 0:
         message = _first_error(runner) or f"ansible-playbook exited with {runner.rc}"
-        raise BadInput(message) if runner.rc in (4, 5) else RuntimeError(message)
+        raise BadInput(message) if runner.rc in (4, 5) else GpuprepError(f"ansible-playbook failed: {message}")
     return ApplyOutcome(state=state, artifacts=os.path.join(artifacts, ident), status=runner.status,
                         rc=runner.rc, hosts_in_inventory=hosts, signal=caught[0] if caught else None)
 

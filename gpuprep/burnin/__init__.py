@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
-from ..errors import BadInput
+from ..errors import BadInput, bad_argument
 
 GRACE_SECONDS = 15
 DEFAULT_RDZV_TIMEOUT = 60.0
@@ -56,16 +56,16 @@ def parse_duration(text: str) -> float:
         else:
             value = float(text)
     except ValueError:
-        raise BadInput(f"--duration {text!r} is not a duration like 60s or 2m") from None
+        raise bad_argument("duration", f"{text!r} is not a duration like 60s or 2m") from None
     if not 5 <= value <= 24 * 3600:
-        raise BadInput(f"--duration {text!r} must be between 5s and 24h")
+        raise bad_argument("duration", f"{text!r} must be between 5s and 24h")
     return value
 
 
 def parse_master(text: str):
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise BadInput(f"--master {text!r} is not HOST:PORT")
+        raise bad_argument("master", f"{text!r} is not HOST:PORT")
     return host, int(port)
 
 
@@ -96,9 +96,9 @@ def preflight(nnodes: int, node_rank: int, master: Optional[str], resolve_timeou
     try:
         pool.submit(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM).result(timeout=resolve_timeout)
     except concurrent.futures.TimeoutError:
-        raise BadInput(f"--master {master}: resolving {host!r} took over {resolve_timeout:.0f} s") from None
+        raise bad_argument("master", f"{master}: resolving {host!r} took over {resolve_timeout:.0f} s") from None
     except OSError as exc:
-        raise BadInput(f"--master {master}: {host!r} does not resolve ({exc.strerror or exc})") from None
+        raise bad_argument("master", f"{master}: {host!r} does not resolve ({exc.strerror or exc})") from None
     finally:
         pool.shutdown(wait=False)
     if node_rank == 0:
@@ -106,7 +106,7 @@ def preflight(nnodes: int, node_rank: int, master: Optional[str], resolve_timeou
             try:
                 probe.bind(("", port))
             except OSError as exc:
-                raise BadInput(f"--master {master}: port {port} is not free on this host, which hosts the "
+                raise bad_argument("master", f"{master}: port {port} is not free on this host, which hosts the "
                                f"rendezvous as node rank 0 ({exc.strerror}): choose another port") from None
 
 

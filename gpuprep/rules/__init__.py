@@ -84,18 +84,19 @@ def judge_all(snapshot: Snapshot, context: Optional[Context] = None) -> List[Fin
 
 
 def check_filters(skip: Sequence[str], only: Sequence[str]) -> None:
-    """ValueError naming the first --skip/--only value that is no check id or area, or a pair of
-    filters that leaves nothing to judge."""
+    """BadInput naming the first skip/only value that is no check id or area, or a pair of filters that leaves
+    nothing to judge."""
+    from ..errors import bad_argument
     from .ids import AREAS, CHECK_IDS
-    for option, names in (("--skip", skip), ("--only", only)):
+    for argument, names in (("skip", skip), ("only", only)):
         for name in names:
             if name not in CHECK_IDS and name not in AREAS:
-                raise ValueError(f"{option} {name!r} is no check id or area (areas: {', '.join(sorted(AREAS))}; "
-                                 f"ids: docs/checks.md)")
+                raise bad_argument(argument, f"{name!r} is no check id or area (areas: {', '.join(sorted(AREAS))}; "
+                                             f"ids: docs/checks.md)")
     if only:
         kept = {i for i in CHECK_IDS if any(i == n or i.split('.', 1)[0] == n for n in only)}
         if all(any(i == n or i.split('.', 1)[0] == n for n in skip) for i in kept):
-            raise ValueError(f"--only {','.join(only)} with --skip {','.join(skip)} leaves no check to run")
+            raise bad_argument("only", f"{','.join(only)} with skip {','.join(skip)} leaves no check to run")
 
 
 def select(findings: List[Finding], skip: Sequence[str], only: Sequence[str]):

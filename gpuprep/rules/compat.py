@@ -194,21 +194,21 @@ def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[s
                       torch: Optional[str] = None, gpu_name: Optional[str] = None,
                       cc: Optional[str] = None) -> List[Finding]:
     """`gpuprep compat`: the same verdicts `check` gives, for versions typed in by hand."""
-    from ..errors import BadInput
+    from ..errors import BadInput, bad_argument
     if not re.fullmatch(r"\d+(\.\d+){1,2}", driver):
-        raise BadInput(f"--driver {driver!r} is not a driver version like 535.104.05")
+        raise bad_argument("driver", f"{driver!r} is not a driver version like 535.104.05")
     findings: List[Finding] = []
     variant = variant_of_torch(torch)
     if torch and variant is None:
-        raise BadInput(f"--torch {torch!r} needs its variant, e.g. 2.5.1+cu124 or 2.5.1+cpu")
+        raise bad_argument("torch", f"{torch!r} needs its variant, e.g. 2.5.1+cu124 or 2.5.1+cpu")
     torch_cuda = cuda_of_variant(variant)
     # CUDA has had majors 1..13; a version outside 1..29 is a typo, not a release gpuprep does not know yet
     if cuda and not re.fullmatch(r"([1-9]|[12]\d)\.\d+(\.\d+)?", cuda):
-        raise BadInput(f"--cuda {cuda!r} is not a CUDA version like 12.4")
+        raise bad_argument("cuda", f"{cuda!r} is not a CUDA version like 12.4")
     if torch_cuda and not re.fullmatch(r"([1-9]|[12]\d)\.\d+(\.\d+)?", torch_cuda):
-        raise BadInput(f"--torch {torch!r}: {variant!r} is not a CUDA variant like cu124")
+        raise bad_argument("torch", f"{torch!r}: {variant!r} is not a CUDA variant like cu124")
     if cudnn and not re.fullmatch(r"\d+(\.\d+){1,3}", cudnn):
-        raise BadInput(f"--cudnn {cudnn!r} is not a cuDNN version like 9.1.0")
+        raise bad_argument("cudnn", f"{cudnn!r} is not a cuDNN version like 9.1.0")
     if cuda:
         findings.append(judge_driver_for_cuda("compat.toolkit-driver", "combination", f"CUDA {cuda}", driver, cuda))
     if torch_cuda:
@@ -216,15 +216,15 @@ def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[s
     if cudnn:
         runtime = cuda or torch_cuda
         if not runtime:
-            raise BadInput("--cudnn needs --cuda or a --torch with a CUDA variant")
+            raise bad_argument("cudnn", lambda name: f"needs {name('cuda')} or a {name('torch')} with a CUDA variant")
         findings.append(judge_cudnn("combination", cudnn, runtime, driver))
     if gpu_name and not cc:
         model = kb.gpu_model(gpu_name)
         if model is None:
-            raise BadInput(f"--gpu {gpu_name!r} is not in gpuprep's GPU table; give --cc instead")
+            raise bad_argument("gpu", lambda name: f"{gpu_name!r} is not in gpuprep's GPU table; give {name('cc')} instead")
         cc = model["compute_capability"]
     if cc and not re.fullmatch(r"\d+\.\d+", cc):
-        raise BadInput(f"--cc {cc!r} is not a compute capability like 9.0")
+        raise bad_argument("cc", f"{cc!r} is not a compute capability like 9.0")
     if cc and torch_cuda:
         findings.append(judge_torch_arch("combination", torch, variant, cc))
     if variant == "cpu" or (variant or "").startswith("rocm"):
@@ -234,7 +234,8 @@ def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[s
                                 f"PyTorch {torch} is a {kind} build: it cannot use NVIDIA driver {driver}'s GPUs",
                                 {"torch": torch, "variant": variant}, "Install a CUDA build of PyTorch (+cuXYZ)"))
     if not findings:
-        raise BadInput("nothing to judge: give --cuda, --torch, or --cudnn with the driver")
+        raise BadInput(lambda name: f"nothing to judge: give {name('cuda')}, {name('torch')}, or {name('cudnn')} "
+                                    "with the driver")
     from . import SEVERITY_RANK
     return sorted(findings, key=lambda f: SEVERITY_RANK[f.severity])
 

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .errors import BadInput
+from .errors import BadInput, bad_argument
 from .rules import Context, Finding, judge_all, select
 from .snapshot import Snapshot
 
@@ -54,7 +54,7 @@ def _baseline(baseline: str, snapshots: Dict[str, Snapshot]) -> Snapshot:
     if os.path.isfile(baseline):
         from .importers import import_files
         return import_files([baseline])
-    raise BadInput(f"--baseline {baseline}: neither a checked host of this fleet ({', '.join(sorted(snapshots)) or 'none'})"
+    raise bad_argument("baseline", f"{baseline}: neither a checked host of this fleet ({', '.join(sorted(snapshots)) or 'none'})"
                    f" nor a snapshot file")
 
 
@@ -74,7 +74,7 @@ def save(members: List[Member], directory: str) -> List[str]:
     """One file per host: its snapshot, or a probe-error document saying why there is none."""
     from .output import write_atomic
     if not os.path.isdir(directory):
-        raise BadInput(f"-o {directory}: not a directory (with -i, -o names the directory to write one snapshot per host)")
+        raise bad_argument("output", f"{directory}: not a directory (with -i, -o names the directory to write one snapshot per host)")
     written = []
     for member in members:
         path = os.path.join(directory, file_name(member.name) + ".json")

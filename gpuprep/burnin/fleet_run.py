@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from ..errors import BadInput
+from ..errors import BadInput, bad_argument
 from . import RunResult
 
 
@@ -21,7 +21,7 @@ def run_fleet(inventory: str, seconds: float, nproc: str, backend: str, master, 
     if master:
         host, _, port = master.rpartition(":")
         if not host or not port.isdigit():
-            raise BadInput(f"--master {master!r} is not HOST:PORT")
+            raise bad_argument("master", f"{master!r} is not HOST:PORT")
         extravars.update(burnin_master_addr=host, burnin_port=int(port))
     collect = tempfile.mkdtemp(prefix="gpuprep-burnin-reports-")
     extravars["burnin_collect_dir"] = collect

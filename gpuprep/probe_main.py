@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from .errors import EXIT_FAILED, GpuprepError
+from .errors import exit_for
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,12 +29,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             sys.stdout.write(collect(docker=True).to_json() + "\n")
             return 0
         return _textfile(args)
-    except GpuprepError as exc:
-        sys.stderr.write(f"gpuprep-probe: error: {exc}\n")
-        return exc.exit_code
-    except Exception as exc:   # a bug: one line, never a traceback in a timer's journal
-        sys.stderr.write(f"gpuprep-probe: error: internal error: {type(exc).__name__}: {exc}\n")
-        return EXIT_FAILED
+    except (Exception, KeyboardInterrupt) as exc:    # noqa: BLE001 (one line, never a traceback in a timer's journal)
+        code, message, _ = exit_for(exc, {"output": "-o", "profile": "--profile"})
+        sys.stderr.write(f"gpuprep-probe: error: {message}\n")
+        return code
 
 
 TEXTFILE_MIN_PYTHON = (3, 9)     # prometheus-client, bundled for the textfile, annotates with list[...]
