@@ -12,6 +12,7 @@ import click
 from . import __version__
 from . import errors
 from .errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from .formats import BY_EXTENSION, FORMATS
 
 
 # Flags that set the API's arguments: a library error about an argument is shown with the flag the user typed.
@@ -184,7 +185,7 @@ def _gather_fleet(inventory, limit, forks, progress: bool):
 
 def _format_options(fn):
     options = [
-        click.option("--format", "fmt", type=click.Choice(["text", "json", "junit", "prometheus", "html"]),
+        click.option("--format", "fmt", type=click.Choice(FORMATS),
                      help="Output format (default text; -o FILE.prom/.xml/.html/.json picks by extension)."),
         click.option("--json", "as_json", is_flag=True, help="Shorthand for --format json."),
         click.option("-o", "--output", metavar="FILE", help="Write the report here (atomically) instead of stdout."),
@@ -194,8 +195,6 @@ def _format_options(fn):
     return fn
 
 
-_EXTENSIONS = {".json": "json", ".xml": "junit", ".prom": "prometheus", ".html": "html", ".htm": "html",
-               ".txt": "text"}
 
 
 def _chosen_format(fmt, as_json, output) -> str:
@@ -206,7 +205,7 @@ def _chosen_format(fmt, as_json, output) -> str:
         return "json"
     if fmt:
         return fmt
-    return _EXTENSIONS.get(os.path.splitext(output)[1].lower(), "text") if output else "text"
+    return BY_EXTENSION.get(os.path.splitext(output)[1].lower(), "text") if output else "text"
 
 
 def _emit(document: dict, fmt: str, output, verbose: bool = False, drift_groups: bool = False) -> None:

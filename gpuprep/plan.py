@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .errors import BadInput
 from .importers.values import compress_cpulist, expand_cpulist
-from .rules import Finding
+from .rules import Finding, declared
 from .snapshot import Snapshot
 
 MODES = ("exclusive", "node", "socket")
@@ -399,6 +399,10 @@ def launch_line(nproc: int, plan_file: str = "plan.json") -> str:
                        "--plan", plan_file, "--", "python", "train.py"])
 
 
+# The ids plan_findings reports (rules/ids.py gathers them; it checks each finding against them).
+PLAN_IDS = frozenset({"plan.gpu-numa-unknown", "plan.uneven-gpus", "plan.nic-remote", "plan.few-cores"})
+
+
 def plan_findings(host: str, snap: Snapshot, ranks: List[Rank], numa: Dict[int, Optional[int]],
                   layout: Layout) -> List[Finding]:
     findings: List[Finding] = []
@@ -434,7 +438,10 @@ def plan_findings(host: str, snap: Snapshot, ranks: List[Rank], numa: Dict[int, 
             {"ranks": few, "threshold": MIN_CORES_PER_RANK},
             "The rank's own threads and its DataLoader workers compete for them; fewer ranks per node, fewer "
             "workers, or a host with more cores per GPU"))
-    return findings
+    return declared(plan_findings, findings)
+
+
+plan_findings.ids = PLAN_IDS     # type: ignore[attr-defined]
 
 
 _RANK_ENV = re.compile(r"[0-9]{1,6}")

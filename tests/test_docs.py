@@ -1,32 +1,55 @@
-"""docs/checks.md documents every finding id the rules can emit, and nothing else."""
+"""docs/checks.md documents every finding id gpuprep registers, and nothing else; each rule reports only the ids it
+registered, over every capture in the corpus."""
 import re
 
-from conftest import REPO
+import pytest
 
-RULES = REPO / "gpuprep" / "rules"
-
-
-def ids_in_code():
-    found = set()
-    for path in list(RULES.glob("*.py")) + [REPO / "gpuprep" / "burnin" / "judge.py", REPO / "gpuprep" / "plan.py"]:
-        found |= set(re.findall(r'Finding\(\s*"([a-z]+\.[a-z0-9-]+)"', path.read_text()))
-        found |= set(re.findall(r'judge_driver_for_cuda\("([a-z]+\.[a-z0-9-]+)"', path.read_text()))
-        # ids kept in a table row: ("gpu.init-failed", "fail", ...)
-        found |= set(re.findall(r'\(\s*"([a-z]+\.[a-z0-9-]+)",\s*"(?:fail|warn|info|pass)"', path.read_text()))
-    found |= {"gpu.xid", "gpu.sxid"}     # built as f"gpu.{kind}"
-    return found
+from conftest import CORPUS, REPO
 
 
-def test_every_id_is_documented():
-    documented = set(re.findall(r"^\| `([a-z]+\.[a-z0-9-]+)` \|", (REPO / "docs" / "checks.md").read_text(), re.M))
-    assert ids_in_code() == documented
+def documented():
+    return set(re.findall(r"^\| `([a-z]+\.[a-z0-9-]+)` \|", (REPO / "docs" / "checks.md").read_text(), re.M))
 
 
-def test_the_filter_registry_is_the_set_of_check_ids():
-    from gpuprep.rules.ids import CHECK_IDS
-    burnin = {i for i in ids_in_code() if i.startswith(("burnin.", "plan."))}     # their own commands' findings
-    unwaivable = {"fleet.host-unchecked"}      # an unchecked host never leaves the verdict
-    assert CHECK_IDS == ids_in_code() - burnin - unwaivable
+def test_every_registered_id_is_documented_and_nothing_else():
+    from gpuprep.rules.ids import all_ids
+    assert all_ids() == documented()
+
+
+def test_the_filters_accept_the_host_and_drift_ids_and_their_areas_only():
+    from gpuprep.rules.ids import all_ids, areas, check_ids
+    assert check_ids() < all_ids()
+    assert not any(i.startswith(("burnin.", "plan.")) for i in check_ids()) and "fleet.host-unchecked" not in check_ids()
+    assert {"gpu", "drift", "compat", "topo"} <= areas()
+
+
+def test_a_rule_reporting_an_id_it_did_not_register_stops_the_judge():
+    from gpuprep.rules import Context, Finding, RULES, UndeclaredId, judge_all
+    from gpuprep.snapshot import Snapshot
+
+    def rogue(snap, ctx):
+        return [Finding("gpu.not-registered", "fail", "host", "made up")]
+    rogue.ids = frozenset({"gpu.xid"})
+    RULES.append(rogue)
+    try:
+        with pytest.raises(UndeclaredId, match="gpu.not-registered"):
+            judge_all(Snapshot(), Context())
+    finally:
+        RULES.remove(rogue)
+
+
+def test_every_corpus_capture_is_judged_with_registered_ids_only():
+    """Runs every rule over every capture of the corpus (judge_all checks each finding's id against its rule)."""
+    from gpuprep.api import check
+    from gpuprep.errors import BadInput
+    judged = 0
+    for path in sorted(p for p in CORPUS.glob("*") if p.suffix in (".txt", ".xml")):
+        try:
+            check([str(path)], allow_mixed=True)
+        except BadInput:
+            continue
+        judged += 1
+    assert judged >= 45
 
 
 def test_each_role_readme_lists_every_variable_its_argument_specs_check():

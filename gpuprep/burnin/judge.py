@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import statistics
-from typing import List
+from dataclasses import dataclass
+from typing import Callable, List
 
 from ..module_utils.gpuprep_nvsmi import THROTTLE_REASONS
-from ..rules import Finding
+from ..rules import Finding, declared, registrar
 from . import RunResult
 
 STRAGGLER_MARGIN = 0.25     # a rank whose compute step is 25% slower than the others' median
@@ -19,22 +20,61 @@ def _label(rank: dict) -> str:
     return f"rank {rank['rank']} ({rank.get('host', '?')} {where}{bus})"
 
 
+@dataclass
+class Ranks:
+    """What every burn-in rule reads: the run, the ranks that reported (by rank), and the ones that did not."""
+    run: RunResult
+    complete: List[dict]
+    missing: List[int]
+
+
+BURNIN_RULES: List[Callable[[Ranks], List[Finding]]] = []
+burnin_rule = registrar(BURNIN_RULES)     # in the order their findings are reported
+
+
 def judge(run: RunResult) -> List[Finding]:
     if run.setup_errors:
         # the run never had a fair start: naming a rank or the rendezvous would send the operator to the wrong place
         return [Finding("burnin.setup", "fail", "run", "The burn-in could not be set up: " + "; ".join(run.setup_errors),
                         {"errors": run.setup_errors, "log": run.log_tail[-5:]},
                         "Fix the named setup problem and run the burn-in again; no GPU was judged")]
-    findings: List[Finding] = []
     expected = run.expected_ranks if run.expected_ranks is not None else range(run.world_size)
-    missing = [r for r in expected if r not in run.ranks]
-    if run.timed_out:
-        findings.append(Finding("burnin.hang", "fail", "run",
-                                f"Burn-in did not finish within {run.wall_seconds:.0f} s and was killed",
-                                {"missing_ranks": missing, "log": run.log_tail[-5:]},
-                                "A rank hung in a collective: check NCCL_SOCKET_IFNAME, P2P/ACS settings and the kernel log"))
-    culprit = run.root_cause_rank if run.root_cause_rank in missing else None
-    for rank in missing:
+    ranks = Ranks(run, [run.ranks[r] for r in sorted(run.ranks)], [r for r in expected if r not in run.ranks])
+    findings = [f for fn in BURNIN_RULES for f in declared(fn, fn(ranks))]
+    if ranks.complete and not any(f.severity == "fail" for f in findings):
+        findings.append(_passed(ranks.complete))
+    return findings
+
+
+@burnin_rule("burnin.rendezvous")
+def rendezvous(ranks: Ranks) -> List[Finding]:
+    run = ranks.run
+    if not run.rendezvous_failed:
+        return []
+    return [Finding("burnin.rendezvous", "fail", "run",
+                    f"Rendezvous did not complete: not all {run.nodes} node(s) joined in time", {"log": run.log_tail[-5:]},
+                    "Check that every node runs the burn-in, the master address/port is reachable, "
+                    "and NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME name the right interface")]
+
+
+@burnin_rule("burnin.hang")
+def hang(ranks: Ranks) -> List[Finding]:
+    run = ranks.run
+    if not run.timed_out:
+        return []
+    return [Finding("burnin.hang", "fail", "run", f"Burn-in did not finish within {run.wall_seconds:.0f} s and was killed",
+                    {"missing_ranks": ranks.missing, "log": run.log_tail[-5:]},
+                    "A rank hung in a collective: check NCCL_SOCKET_IFNAME, P2P/ACS settings and the kernel log")]
+
+
+@burnin_rule("burnin.rank-failed", "burnin.rank-aborted")
+def missing_ranks(ranks: Ranks) -> List[Finding]:
+    """A rank that did not report died, unless torchrun names another rank as the first failure: then it was
+    stopped because of that one."""
+    run = ranks.run
+    culprit = run.root_cause_rank if run.root_cause_rank in ranks.missing else None
+    findings = []
+    for rank in ranks.missing:
         if culprit is not None and rank != culprit:
             findings.append(Finding("burnin.rank-aborted", "info", f"rank {rank}",
                                     f"rank {rank} was stopped after rank {culprit} failed"))
@@ -45,64 +85,97 @@ def judge(run: RunResult) -> List[Finding]:
                                 {"exit_code": run.root_cause_exit if culprit is not None else run.exit_code,
                                  "log": run.log_tail[-5:]},
                                 "Check the GPU and host behind this rank (`gpuprep check`, kernel log Xids)"))
-    complete = [run.ranks[r] for r in sorted(run.ranks)]
-    if len(complete) >= 2:
-        medians = {r["rank"]: statistics.median(r["compute_ms"]) for r in complete if r.get("compute_ms")}
-        for rank in complete:
-            others = [m for k, m in medians.items() if k != rank["rank"]]
-            if rank["rank"] not in medians or not others:
-                continue
-            baseline = statistics.median(others)
-            mine = medians[rank["rank"]]
-            if mine > baseline * (1 + STRAGGLER_MARGIN):
-                findings.append(Finding("burnin.straggler", "fail", _label(rank),
-                                        f"{_label(rank)} is the straggler: compute step {mine:.1f} ms vs {baseline:.1f} ms",
-                                        {"median_compute_ms": round(mine, 2), "others_median_ms": round(baseline, 2)},
-                                        "Check this GPU's clocks, temperature and throttle reasons (`gpuprep check`)"))
-    if run.rendezvous_failed:
-        findings.insert(0, Finding("burnin.rendezvous", "fail", "run",
-                                   f"Rendezvous did not complete: not all {run.nodes} node(s) joined in time",
-                                   {"log": run.log_tail[-5:]},
-                                   "Check that every node runs the burn-in, the master address/port is reachable, "
-                                   "and NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME name the right interface"))
-    for rank in complete:
-        gpu = rank.get("gpu") or {}
-        if gpu.get("failure"):
-            findings.append(Finding("burnin.gpu-lost", "fail", _label(rank),
-                                    f"NVML lost the GPU during the run: {gpu['failure']}", {"failure": gpu["failure"]},
-                                    "Drain the node; look in the kernel log for the Xid (79, 119, 154 are usual); "
-                                    "reset the GPU (`nvidia-smi -r`) or reboot"))
-        hard = [r for r in gpu.get("reasons_seen", []) if r in THROTTLE_REASONS]
-        if hard:
-            findings.append(Finding("burnin.throttle", "fail", _label(rank), "GPU throttled during the run: " + ", ".join(hard),
-                                    {"max_temperature_c": gpu.get("max_temperature_c"), "min_sm_clock_mhz": gpu.get("min_sm_clock_mhz")},
-                                    "Check cooling and power delivery; `gpuprep check` for the throttle reasons"))
-        before, after = gpu.get("before") or {}, gpu.get("after") or {}
-        if (after.get("ecc_volatile_uncorrected") or 0) > (before.get("ecc_volatile_uncorrected") or 0):
-            findings.append(Finding("burnin.ecc", "fail", _label(rank), "New uncorrectable ECC errors during the run",
-                                    {"before": before.get("ecc_volatile_uncorrected"), "after": after.get("ecc_volatile_uncorrected")},
-                                    "Drain the GPU and reset it; run `dcgmi diag -r 3`"))
-    findings.extend(_load_reached(rank) for rank in complete if _load_fell_short(rank))
-    for xid in run.new_xids:
-        findings.append(Finding("burnin.xid", "fail", f"PCI {xid.get('pci')}", f"Xid {xid.get('code')} during the burn-in",
-                                xid, "See `gpuprep check` (gpu.xid) for NVIDIA's recommended action"))
-    findings.extend(_bandwidth(complete))
-    for rank in complete:
-        memory = rank.get("memory", {})
-        if not memory.get("ok", False):
-            where = (f": {memory['bad_words']} bad word(s), the first at byte offset {memory['first_bad_offset']}"
-                     if memory.get("first_bad_offset") is not None else "")
-            findings.append(Finding("burnin.memory", "fail", _label(rank), "Memory pattern mismatch" + where,
-                                    memory, "Drain the GPU and run `dcgmi diag -r 3`"))
-    if complete and not any(f.severity == "fail" for f in findings):
-        rows = complete[0].get("allreduce", [])
-        peak = max((r["busbw_gbs"] for r in rows), default=0.0)
-        steps = [statistics.median(r["step_ms"]) for r in complete if r.get("step_ms")]
-        findings.append(Finding("burnin.pass", "pass", "run",
-                                f"{len(complete)} ranks completed; peak all-reduce busbw {peak:.2f} GB/s",
-                                {"peak_busbw_gbs": round(peak, 3),
-                                 "median_step_ms": round(statistics.median(steps), 2) if steps else None}))
     return findings
+
+
+@burnin_rule("burnin.straggler")
+def straggler(ranks: Ranks) -> List[Finding]:
+    if len(ranks.complete) < 2:
+        return []
+    medians = {r["rank"]: statistics.median(r["compute_ms"]) for r in ranks.complete if r.get("compute_ms")}
+    findings = []
+    for rank in ranks.complete:
+        others = [m for k, m in medians.items() if k != rank["rank"]]
+        if rank["rank"] not in medians or not others:
+            continue
+        baseline, mine = statistics.median(others), medians[rank["rank"]]
+        if mine > baseline * (1 + STRAGGLER_MARGIN):
+            findings.append(Finding("burnin.straggler", "fail", _label(rank),
+                                    f"{_label(rank)} is the straggler: compute step {mine:.1f} ms vs {baseline:.1f} ms",
+                                    {"median_compute_ms": round(mine, 2), "others_median_ms": round(baseline, 2)},
+                                    "Check this GPU's clocks, temperature and throttle reasons (`gpuprep check`)"))
+    return findings
+
+
+@burnin_rule("burnin.gpu-lost", "burnin.throttle", "burnin.ecc")
+def gpu_health(ranks: Ranks) -> List[Finding]:
+    """What NVML saw of each rank's GPU during the run: lost, throttled for a hard reason, new uncorrectable ECC."""
+    return [f for rank in ranks.complete for f in _gpu_health(rank)]
+
+
+def _gpu_health(rank: dict) -> List[Finding]:
+    gpu = rank.get("gpu") or {}
+    findings = []
+    if gpu.get("failure"):
+        findings.append(Finding("burnin.gpu-lost", "fail", _label(rank),
+                                f"NVML lost the GPU during the run: {gpu['failure']}", {"failure": gpu["failure"]},
+                                "Drain the node; look in the kernel log for the Xid (79, 119, 154 are usual); "
+                                "reset the GPU (`nvidia-smi -r`) or reboot"))
+    hard = [r for r in gpu.get("reasons_seen", []) if r in THROTTLE_REASONS]
+    if hard:
+        findings.append(Finding("burnin.throttle", "fail", _label(rank), "GPU throttled during the run: " + ", ".join(hard),
+                                {"max_temperature_c": gpu.get("max_temperature_c"),
+                                 "min_sm_clock_mhz": gpu.get("min_sm_clock_mhz")},
+                                "Check cooling and power delivery; `gpuprep check` for the throttle reasons"))
+    before, after = gpu.get("before") or {}, gpu.get("after") or {}
+    if (after.get("ecc_volatile_uncorrected") or 0) > (before.get("ecc_volatile_uncorrected") or 0):
+        findings.append(Finding("burnin.ecc", "fail", _label(rank), "New uncorrectable ECC errors during the run",
+                                {"before": before.get("ecc_volatile_uncorrected"),
+                                 "after": after.get("ecc_volatile_uncorrected")},
+                                "Drain the GPU and reset it; run `dcgmi diag -r 3`"))
+    return findings
+
+
+@burnin_rule("burnin.load-low")
+def load_low(ranks: Ranks) -> List[Finding]:
+    return [_load_reached(rank) for rank in ranks.complete if _load_fell_short(rank)]
+
+
+@burnin_rule("burnin.xid")
+def new_xids(ranks: Ranks) -> List[Finding]:
+    return [Finding("burnin.xid", "fail", f"PCI {xid.get('pci')}", f"Xid {xid.get('code')} during the burn-in",
+                    xid, "See `gpuprep check` (gpu.xid) for NVIDIA's recommended action") for xid in ranks.run.new_xids]
+
+
+@burnin_rule("burnin.bandwidth")
+def bandwidth(ranks: Ranks) -> List[Finding]:
+    return _bandwidth(ranks.complete)
+
+
+@burnin_rule("burnin.memory")
+def memory(ranks: Ranks) -> List[Finding]:
+    findings = []
+    for rank in ranks.complete:
+        checked = rank.get("memory", {})
+        if not checked.get("ok", False):
+            where = (f": {checked['bad_words']} bad word(s), the first at byte offset {checked['first_bad_offset']}"
+                     if checked.get("first_bad_offset") is not None else "")
+            findings.append(Finding("burnin.memory", "fail", _label(rank), "Memory pattern mismatch" + where,
+                                    checked, "Drain the GPU and run `dcgmi diag -r 3`"))
+    return findings
+
+
+def _passed(complete: List[dict]) -> Finding:
+    rows = complete[0].get("allreduce", [])
+    peak = max((r["busbw_gbs"] for r in rows), default=0.0)
+    steps = [statistics.median(r["step_ms"]) for r in complete if r.get("step_ms")]
+    return Finding("burnin.pass", "pass", "run", f"{len(complete)} ranks completed; peak all-reduce busbw {peak:.2f} GB/s",
+                   {"peak_busbw_gbs": round(peak, 3),
+                    "median_step_ms": round(statistics.median(steps), 2) if steps else None})
+
+
+# Ids judge() reports itself, around the rules: a run that never started, and a run with nothing failed.
+BURNIN_IDS = frozenset({"burnin.setup", "burnin.pass"}) | frozenset(i for fn in BURNIN_RULES for i in fn.ids)
 
 
 def _load_fell_short(rank: dict) -> bool:

@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Dict, List, Optional
 
 from .. import __version__
+from ..formats import FORMATS  # noqa: F401 (render's formats, offered by the CLI)
 from ..rules import SEVERITIES, Finding, worst
 from ..snapshot import Snapshot
 
@@ -16,7 +17,6 @@ CHECK_SCHEMA = "gpuprep.check/1"
 FLEET_SCHEMA = "gpuprep.fleet/1"
 BURNIN_SCHEMA = "gpuprep.burnin/1"
 ERROR_SCHEMA = "gpuprep.error/1"
-FORMATS = ("text", "json", "junit", "prometheus", "html")
 
 
 PLAN_SCHEMA = "gpuprep.plan/1"

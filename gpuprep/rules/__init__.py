@@ -41,9 +41,32 @@ Rule = Callable[[Snapshot, Context], Iterable[Finding]]
 RULES: List[Rule] = []
 
 
-def rule(fn: Rule) -> Rule:
-    RULES.append(fn)
-    return fn
+def registrar(target: List[Callable]) -> Callable[..., Callable[[Callable], Callable]]:
+    """A decorator factory registering rules in `target`, each with the ids of every finding it may report: the
+    registry of ids is these (rules/ids.py), and a rule reporting an id it did not register is a bug (declared())."""
+    def register_with(*ids: str) -> Callable[[Callable], Callable]:
+        def register(fn: Callable) -> Callable:
+            fn.ids = frozenset(ids)     # type: ignore[attr-defined]
+            target.append(fn)
+            return fn
+        return register
+    return register_with
+
+
+rule = registrar(RULES)     # @rule("gpu.xid", "gpu.sxid"): a host rule and the ids it reports
+
+
+class UndeclaredId(AssertionError):
+    """A rule reported a finding id it did not register: a bug in gpuprep, never a verdict."""
+
+
+def declared(fn, findings: Iterable[Finding]) -> List[Finding]:
+    """The findings of `fn`, each checked against the ids it registered."""
+    findings = list(findings)
+    for f in findings:
+        if f.id not in fn.ids:
+            raise UndeclaredId(f"{fn.__module__}.{fn.__name__} reported {f.id!r}, which it did not register")
+    return findings
 
 
 def host(snapshot: Snapshot) -> str:
@@ -79,7 +102,7 @@ def judge_all(snapshot: Snapshot, context: Optional[Context] = None) -> List[Fin
     context = context or Context()
     findings: List[Finding] = []
     for fn in RULES:
-        findings.extend(fn(snapshot, context))
+        findings.extend(declared(fn, fn(snapshot, context)))
     return sorted(findings, key=lambda f: (SEVERITY_RANK[f.severity], f.id, f.subject))
 
 
@@ -87,14 +110,15 @@ def check_filters(skip: Sequence[str], only: Sequence[str]) -> None:
     """BadInput naming the first skip/only value that is no check id or area, or a pair of filters that leaves
     nothing to judge."""
     from ..errors import bad_argument
-    from .ids import AREAS, CHECK_IDS
+    from .ids import areas, check_ids
+    known, named_areas = check_ids(), areas()
     for argument, names in (("skip", skip), ("only", only)):
         for name in names:
-            if name not in CHECK_IDS and name not in AREAS:
-                raise bad_argument(argument, f"{name!r} is no check id or area (areas: {', '.join(sorted(AREAS))}; "
+            if name not in known and name not in named_areas:
+                raise bad_argument(argument, f"{name!r} is no check id or area (areas: {', '.join(sorted(named_areas))}; "
                                              f"ids: docs/checks.md)")
     if only:
-        kept = {i for i in CHECK_IDS if any(i == n or i.split('.', 1)[0] == n for n in only)}
+        kept = {i for i in known if any(i == n or i.split('.', 1)[0] == n for n in only)}
         if all(any(i == n or i.split('.', 1)[0] == n for n in skip) for i in kept):
             raise bad_argument("only", f"{','.join(only)} with skip {','.join(skip)} leaves no check to run")
 

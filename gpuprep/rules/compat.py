@@ -131,7 +131,7 @@ def compute_capability(gpu) -> Optional[str]:
 
 # --- rules over a snapshot ----------------------------------------------------------------------
 
-@rule
+@rule("compat.torch-driver")
 def torch_driver(snap, ctx):
     torch = snap.software.torch
     driver = snap.software.driver_version
@@ -140,7 +140,7 @@ def torch_driver(snap, ctx):
     return [judge_driver_for_cuda("compat.torch-driver", host(snap), f"PyTorch {torch.version}", driver, torch.cuda)]
 
 
-@rule
+@rule("compat.toolkit-driver")
 def toolkit_driver(snap, ctx):
     driver = snap.software.driver_version
     if not driver:
@@ -149,7 +149,7 @@ def toolkit_driver(snap, ctx):
             for tk in snap.software.cuda_toolkits or [] if tk.version]
 
 
-@rule
+@rule("compat.cudnn-cuda")
 def cudnn_cuda(snap, ctx):
     software = snap.software
     cuda = (software.torch.cuda if software.torch and software.torch.cuda else None) or next(
@@ -159,7 +159,7 @@ def cudnn_cuda(snap, ctx):
     return [judge_cudnn(host(snap), software.cudnn_version, cuda, software.driver_version)]
 
 
-@rule
+@rule("compat.torch-arch")
 def torch_arch(snap, ctx):
     torch = snap.software.torch
     if not torch or not torch.version or not torch.cuda:
@@ -176,7 +176,7 @@ def torch_arch(snap, ctx):
     return findings
 
 
-@rule
+@rule("compat.torch-cpu-only")
 def torch_cpu_only(snap, ctx):
     torch = snap.software.torch
     if not torch or not torch.version or not snap.gpus:
@@ -240,7 +240,7 @@ def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[s
     return sorted(findings, key=lambda f: SEVERITY_RANK[f.severity])
 
 
-@rule
+@rule("compat.nccl-cuda")
 def nccl_cuda(snap, ctx):
     """NCCL wheels are built per CUDA major (nvidia-nccl-cu12, -cu13): one built for another major
     than the PyTorch CUDA runtime beside it cannot be loaded by it."""

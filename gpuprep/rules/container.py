@@ -11,7 +11,7 @@ from . import Finding, host, rule
 MIN_TOOLKIT = "1.17.8"
 
 
-@rule
+@rule("container.docker-missing", "container.nvidia-runtime-missing")
 def docker(snap, ctx):
     c = snap.container
     if c.docker_reachable is False or c.docker_reachable is None and c.error:
@@ -32,7 +32,7 @@ def docker(snap, ctx):
     return findings
 
 
-@rule
+@rule("container.toolkit-old")
 def toolkit(snap, ctx):
     version = snap.software.container_toolkit_version
     if not version:
@@ -71,7 +71,7 @@ def _smoke_cause(text):
     return None, "Run the evidence's command by hand; gpuprep apply --tags container_toolkit reconfigures the runtime"
 
 
-@rule
+@rule("container.gpu-smoke")
 def gpu_smoke(snap, ctx):
     smoke = snap.container.smoke
     if smoke is None:
@@ -93,7 +93,7 @@ def gpu_smoke(snap, ctx):
                     "NVIDIA Container Toolkit troubleshooting")]
 
 
-@rule
+@rule("container.nccl-limits")
 def nccl_limits(snap, ctx):
     smoke = snap.container.smoke
     if smoke is None or smoke.limits is None or smoke.limits.rc != 0:

@@ -39,7 +39,7 @@ _NVML_REASONS = {
 }
 
 
-@rule
+@rule("driver.nvml-unavailable")
 def nvml_unavailable(snap, ctx):
     status = snap.nvml
     if status.available is not False:
@@ -54,7 +54,7 @@ def nvml_unavailable(snap, ctx):
                     "NVML return codes (nvmlInit); nvidia-smi error messages")]
 
 
-@rule
+@rule("driver.mixed")
 def module_mismatch(snap, ctx):
     loaded, userspace = snap.software.kernel_module_version, snap.software.driver_version
     if not loaded or not userspace:

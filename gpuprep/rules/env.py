@@ -17,7 +17,7 @@ def _ifname_matches(spec: str, interfaces):
     return hits
 
 
-@rule
+@rule("env.nccl-socket-ifname")
 def socket_ifname(snap, ctx):
     env, interfaces = snap.env or {}, snap.interfaces
     spec = env.get("NCCL_SOCKET_IFNAME")
@@ -38,7 +38,7 @@ def socket_ifname(snap, ctx):
     return [Finding("env.nccl-socket-ifname", "pass", host(snap), f"NCCL_SOCKET_IFNAME matches {', '.join(up)}")]
 
 
-@rule
+@rule("env.nccl-ib-disabled")
 def ib_disabled(snap, ctx):
     env = snap.env or {}
     ib = [d for d in snap.rdma_devices or [] if (d.link_layer or "").lower() == "infiniband"]
@@ -49,7 +49,7 @@ def ib_disabled(snap, ctx):
     return []
 
 
-@rule
+@rule("env.omp-threads")
 def omp_threads(snap, ctx):
     env = snap.env
     cores, gpus = snap.system.cores, len(snap.gpus or [])
@@ -74,7 +74,7 @@ def omp_threads(snap, ctx):
     return [Finding("env.omp-threads", "pass", host(snap), f"OMP_NUM_THREADS={threads}")]
 
 
-@rule
+@rule("env.cuda-visible-devices")
 def visible_devices(snap, ctx):
     env = snap.env or {}
     spec = env.get("CUDA_VISIBLE_DEVICES")

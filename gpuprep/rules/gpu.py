@@ -76,7 +76,7 @@ def _xid_verdict(code: int, message: str, row: dict):
                                         f"follow NVIDIA's {resolution or 'catalog'} guidance"))
 
 
-@rule
+@rule("gpu.xid", "gpu.sxid")
 def xid(snap, ctx):
     groups = OrderedDict()
     for event in snap.xids or []:
@@ -128,7 +128,7 @@ _KERNEL_EVENTS = {
 }
 
 
-@rule
+@rule(*(row[0] for row in _KERNEL_EVENTS.values()))
 def kernel_events(snap, ctx):
     groups = OrderedDict()
     for event in snap.xids or []:
@@ -167,7 +167,7 @@ def _no_answer_action(text: str, gpu) -> str:
     return next(action for key, action in _NO_ANSWER_ACTIONS if key in low).format(ref=gpu_ref(gpu))
 
 
-@rule
+@rule("gpu.sensor-unreadable", "gpu.unreachable")
 def unanswered(snap, ctx):
     """A GPU that could not be queried at all, or reported errors instead of values. Its identity (name,
     brand, UUID) or several fields unreadable means the GPU stopped answering; one sensor alone is a warning
@@ -191,7 +191,7 @@ def unanswered(snap, ctx):
     return out
 
 
-@rule
+@rule("gpu.persistence-off")
 def persistence(snap, ctx):
     out = []
     for gpu in all_gpus(snap):
@@ -205,7 +205,7 @@ def persistence(snap, ctx):
     return out
 
 
-@rule
+@rule("gpu.app-clocks-below-max")
 def app_clocks(snap, ctx):
     out = []
     for gpu in all_gpus(snap):
@@ -225,7 +225,7 @@ def app_clocks(snap, ctx):
     return out
 
 
-@rule
+@rule("gpu.clock-throttle")
 def throttle(snap, ctx):
     out = []
     for gpu in all_gpus(snap):
@@ -254,7 +254,7 @@ def throttle(snap, ctx):
     return out
 
 
-@rule
+@rule("gpu.ecc-disabled", "gpu.ecc-uncorrectable")
 def ecc(snap, ctx):
     out = []
     for gpu in all_gpus(snap):
@@ -279,7 +279,7 @@ def ecc(snap, ctx):
     return out
 
 
-@rule
+@rule("gpu.row-remap")
 def row_remap(snap, ctx):
     out = []
     for gpu in all_gpus(snap):
@@ -305,7 +305,7 @@ def row_remap(snap, ctx):
     return out
 
 
-@rule
+@rule("gpu.retired-pages")
 def retired_pages(snap, ctx):
     out = []
     for gpu in all_gpus(snap):
@@ -328,7 +328,7 @@ def retired_pages(snap, ctx):
     return out
 
 
-@rule
+@rule("gpu.pcie-width")
 def pcie_width(snap, ctx):
     """A current link width below the maximum on a GPU at work is a slot, riser or link-training problem. An
     idle GPU may run a narrower link (nvidia-smi --help-query-gpu: the current width 'may be reduced when the
@@ -356,7 +356,7 @@ def pcie_width(snap, ctx):
     return out
 
 
-@rule
+@rule("gpu.fabric")
 def fabric(snap, ctx):
     """On NVSwitch systems each GPU registers with the NVLink fabric (fabric manager); until it has, CUDA
     fails with 'system not yet initialized' (error 802) and NCCL cannot use NVLink."""
@@ -383,7 +383,7 @@ def fabric(snap, ctx):
     return out
 
 
-@rule
+@rule("gpu.pcie-degraded")
 def pcie(snap, ctx):
     out = []
     for gpu in all_gpus(snap):
@@ -407,7 +407,7 @@ def pcie(snap, ctx):
     return out
 
 
-@rule
+@rule("gpu.temperature")
 def temperature(snap, ctx):
     out = []
     for gpu in all_gpus(snap):
@@ -429,7 +429,7 @@ def temperature(snap, ctx):
     return out
 
 
-@rule
+@rule("gpu.mixed-models")
 def mixed_models(snap, ctx):
     names = Counter(g.name for g in all_gpus(snap) if g.name)
     if len(names) > 1:
@@ -439,7 +439,7 @@ def mixed_models(snap, ctx):
     return []
 
 
-@rule
+@rule("gpu.mig-enabled")
 def mig(snap, ctx):
     return [Finding("gpu.mig-enabled", "info", gpu_subject(g), "MIG mode is enabled",
                     {"mig_current": True, "mig_pending": g.mig_mode_pending, "mig_devices": g.mig_devices},
@@ -447,7 +447,7 @@ def mig(snap, ctx):
             for g in all_gpus(snap) if g.mig_mode_current]
 
 
-@rule
+@rule("gpu.compute-mode")
 def compute_mode(snap, ctx):
     return [Finding("gpu.compute-mode", "warn", gpu_subject(g), f"Compute mode is {g.compute_mode}",
                     {"compute_mode": g.compute_mode},
@@ -455,7 +455,7 @@ def compute_mode(snap, ctx):
             for g in all_gpus(snap) if g.compute_mode and g.compute_mode != "Default"]
 
 
-@rule
+@rule("gpu.capture-incomplete")
 def capture_incomplete(snap, ctx):
     """A report whose header names more GPUs than it holds was cut short (or GPUs vanished while it ran)."""
     said, have = snap.nvml.attached_gpus, len(snap.gpus or [])
@@ -468,7 +468,7 @@ def capture_incomplete(snap, ctx):
                     "(check the kernel log for Xids and `nvidia-smi -L`)")]
 
 
-@rule
+@rule("gpu.count")
 def gpu_count(snap, ctx):
     wanted = ctx.profile.get("min_gpus")
     if not wanted or snap.gpus is None:

@@ -1,23 +1,30 @@
-"""Every id `gpuprep check` can report (docs/checks.md documents each; tests/test_docs.py keeps the three
-in step). --skip and --only accept these and their areas, nothing else."""
+"""Every finding id gpuprep reports, gathered from where each is made: the host rules register theirs
+(`@rule(ids...)`), the fleet's drift facts are a table (drift.FACTS), the burn-in's rules register theirs
+(burnin.judge), and the launch plan's checks are listed beside them (plan.PLAN_IDS). docs/checks.md documents
+exactly these (tests/test_docs.py). --skip and --only accept the host and drift ids and their areas."""
+from functools import lru_cache
+from typing import FrozenSet
 
-CHECK_IDS = frozenset({
-    "compat.cudnn-cuda", "compat.nccl-cuda", "compat.toolkit-driver", "compat.torch-arch", "compat.torch-cpu-only",
-    "compat.torch-driver", "container.docker-missing", "container.gpu-smoke", "container.nccl-limits", "container.nvidia-runtime-missing", "container.toolkit-old",
-    "driver.mixed", "driver.not-probed", "driver.nvml-unavailable", "env.cuda-visible-devices", "env.nccl-ib-disabled",
-    "env.nccl-socket-ifname", "env.omp-threads", "gpu.app-clocks-below-max", "gpu.capture-incomplete", "gpu.clock-throttle",
-    "gpu.compute-mode", "gpu.count", "gpu.ecc-disabled", "gpu.ecc-uncorrectable", "gpu.fabric", "gpu.init-failed", "gpu.mig-enabled",
-    "gpu.mixed-models", "gpu.pcie-degraded", "gpu.pcie-width", "gpu.reset-required", "gpu.sensor-unreadable", "gpu.persistence-off", "gpu.retired-pages", "gpu.row-remap", "gpu.sxid",
-    "gpu.temperature", "gpu.unreachable", "gpu.xid", "numa.cores-per-gpu", "numa.gpu-balance", "numa.host-size", "numa.memory-per-gpu",
-    "sys.cpu-governor", "sys.iommu", "sys.memlock", "sys.nouveau-loaded", "sys.numa-balancing", "sys.pcie-aer",
-    "sys.peermem-missing", "sys.shm-size", "sys.ssh-password-auth", "sys.ssh-root-login", "sys.thp", "topo.gpu-nic-affinity", "topo.nvlink-inactive",
-    "topo.p2p-path", "topo.pcie-acs", "topo.rdma-nics",
-    # fleet drift (rules/drift.py FACTS): a host whose fact differs from the fleet's
-    "drift.app-clocks", "drift.container-toolkit", "drift.cpu-cores", "drift.cpu-model", "drift.cuda-driver",
-    "drift.cuda-toolkit", "drift.cudnn", "drift.docker-runtimes", "drift.driver", "drift.ecc-mode", "drift.gpu-count",
-    "drift.gpu-model", "drift.gsp-firmware", "drift.inforom", "drift.kernel", "drift.kernel-cmdline", "drift.memory",
-    "drift.mig-mode", "drift.nccl", "drift.nccl-env", "drift.numa", "drift.nvlink", "drift.omp-env", "drift.os",
-    "drift.pcie-link", "drift.persistence", "drift.power-limit", "drift.system-tuning", "drift.torch",
-    "drift.vbios",
-})
-AREAS = frozenset(i.split(".", 1)[0] for i in CHECK_IDS)
+
+@lru_cache(maxsize=None)
+def check_ids() -> FrozenSet[str]:
+    """The ids `gpuprep check` can report about a host or a fleet, which --skip/--only may name."""
+    from . import RULES, _load_areas
+    from .drift import DRIFT_IDS
+    _load_areas()
+    return frozenset(i for fn in RULES for i in fn.ids) | DRIFT_IDS
+
+
+@lru_cache(maxsize=None)
+def areas() -> FrozenSet[str]:
+    return frozenset(i.split(".", 1)[0] for i in check_ids())
+
+
+@lru_cache(maxsize=None)
+def all_ids() -> FrozenSet[str]:
+    """check_ids() and the findings no filter may waive or that other commands report: a fleet's unchecked host,
+    the burn-in's and the plan's."""
+    from ..burnin.judge import BURNIN_IDS
+    from ..plan import PLAN_IDS
+    from .drift import UNCHECKED
+    return check_ids() | {UNCHECKED[0]} | BURNIN_IDS | PLAN_IDS

@@ -19,7 +19,7 @@ def _gpu_numa(snap):
     return nodes
 
 
-@rule
+@rule("numa.gpu-balance")
 def gpu_balance(snap, ctx):
     nodes = _gpu_numa(snap)
     cpu_nodes = [n.node for n in snap.numa_nodes or [] if n.cpulist]
@@ -34,7 +34,7 @@ def gpu_balance(snap, ctx):
     return [Finding("numa.gpu-balance", "pass", host(snap), "GPUs evenly spread over NUMA nodes", {"gpus_per_node": spread})]
 
 
-@rule
+@rule("numa.cores-per-gpu")
 def cores_per_gpu(snap, ctx):
     gpus, cores = len(snap.gpus or []), snap.system.cores
     wanted = ctx.profile.get("min_cores_per_gpu")
@@ -48,7 +48,7 @@ def cores_per_gpu(snap, ctx):
     return [Finding("numa.cores-per-gpu", "pass", host(snap), f"{per:.1f} physical cores per GPU", evidence)]
 
 
-@rule
+@rule("numa.memory-per-gpu")
 def memory_per_gpu(snap, ctx):
     ratio = ctx.profile.get("min_memory_per_gpu_ratio")
     ram = snap.system.memory_total_mib
@@ -64,7 +64,7 @@ def memory_per_gpu(snap, ctx):
     return [Finding("numa.memory-per-gpu", "pass", host(snap), f"Host memory {have:.2f}x GPU memory", evidence)]
 
 
-@rule
+@rule("numa.host-size")
 def host_size(snap, ctx):
     """The profile's whole-host minimums (memory, physical cores)."""
     out = []

@@ -6,7 +6,7 @@ from ..module_utils.gpuprep_sshd import password_methods_on, root_key_only
 from . import Finding, host, rule
 
 
-@rule
+@rule("sys.nouveau-loaded")
 def nouveau(snap, ctx):
     mods = snap.kernel_modules
     if not mods or "nouveau" not in mods:
@@ -17,7 +17,7 @@ def nouveau(snap, ctx):
     return [Finding("sys.nouveau-loaded", "pass", host(snap), "nouveau is not loaded")]
 
 
-@rule
+@rule("sys.peermem-missing")
 def peermem(snap, ctx):
     mods = snap.kernel_modules
     rdma = [d for d in snap.rdma_devices or []]
@@ -30,7 +30,7 @@ def peermem(snap, ctx):
     return [Finding("sys.peermem-missing", "pass", host(snap), "nvidia_peermem loaded")]
 
 
-@rule
+@rule("sys.cpu-governor")
 def governor(snap, ctx):
     govs = snap.settings.cpu_governors
     if not govs:
@@ -41,7 +41,7 @@ def governor(snap, ctx):
     return [Finding("sys.cpu-governor", "pass", host(snap), "CPU governor is performance")]
 
 
-@rule
+@rule("sys.numa-balancing")
 def numa_balancing(snap, ctx):
     value = snap.settings.numa_balancing
     if value is None or not snap.numa_nodes or len([n for n in snap.numa_nodes if n.cpulist]) < 2:
@@ -53,7 +53,7 @@ def numa_balancing(snap, ctx):
     return [Finding("sys.numa-balancing", "pass", host(snap), "NUMA balancing is off")]
 
 
-@rule
+@rule("sys.memlock")
 def memlock(snap, ctx):
     soft = snap.settings.memlock_soft
     if soft is None or not (snap.gpus or snap.rdma_devices):
@@ -66,7 +66,7 @@ def memlock(snap, ctx):
     return [Finding("sys.memlock", "pass", host(snap), "memlock unlimited")]
 
 
-@rule
+@rule("sys.shm-size")
 def shm(snap, ctx):
     size = snap.settings.shm_size_mib
     if size is None:
@@ -78,7 +78,7 @@ def shm(snap, ctx):
     return [Finding("sys.shm-size", "pass", host(snap), f"/dev/shm is {size} MiB")]
 
 
-@rule
+@rule("sys.thp")
 def thp(snap, ctx):
     value = snap.settings.thp_enabled
     if value is None:
@@ -89,7 +89,7 @@ def thp(snap, ctx):
     return [Finding("sys.thp", "pass", host(snap), f"Transparent hugepages: {value}")]
 
 
-@rule
+@rule("sys.iommu")
 def iommu(snap, ctx):
     cmdline = snap.system.kernel_cmdline
     if cmdline is None or len(snap.gpus or []) < 2:
@@ -107,7 +107,7 @@ def iommu(snap, ctx):
 
 
 # keyboard-interactive is PAM's password prompt on most distributions; "without-password" is the old spelling
-@rule
+@rule("sys.ssh-password-auth")
 def ssh_password_auth(snap, ctx):
     sshd = snap.settings.sshd
     if not sshd or "passwordauthentication" not in sshd:
@@ -121,7 +121,7 @@ def ssh_password_auth(snap, ctx):
     return [Finding("sys.ssh-password-auth", "pass", host(snap), "sshd takes no passwords")]
 
 
-@rule
+@rule("sys.ssh-root-login")
 def ssh_root_login(snap, ctx):
     sshd = snap.settings.sshd
     if not sshd or "permitrootlogin" not in sshd:

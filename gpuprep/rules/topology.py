@@ -9,7 +9,7 @@ from . import Finding, all_gpus, gpu_subject, host, rule
 _NEAR = ("PIX", "PXB")
 
 
-@rule
+@rule("topo.p2p-path")
 def p2p_path(snap, ctx):
     topo = snap.topology
     if not topo or len(topo.gpus()) < 2:
@@ -33,7 +33,7 @@ def p2p_path(snap, ctx):
     return findings
 
 
-@rule
+@rule("topo.nvlink-inactive")
 def nvlink_inactive(snap, ctx):
     """Links down beside links up are a fault. No link up at all is a fault where NVLink is part of the board
     (SXM) or other GPUs of the host have theirs up; with bridge-only NVLink it may just mean no bridge."""
@@ -66,7 +66,7 @@ def nvlink_inactive(snap, ctx):
     return out
 
 
-@rule
+@rule("topo.gpu-nic-affinity")
 def gpu_nic_affinity(snap, ctx):
     topo = snap.topology
     if not topo:
@@ -93,7 +93,7 @@ def gpu_nic_affinity(snap, ctx):
     return out
 
 
-@rule
+@rule("topo.rdma-nics")
 def rdma_nics(snap, ctx):
     """Profiles that train across nodes want an RDMA NIC per GPU pair, fast enough."""
     if not ctx.profile.get("require_rdma") or not snap.gpus:
@@ -125,7 +125,7 @@ def _as_dict(device):
             "denied": device.denied}
 
 
-@rule
+@rule("topo.pcie-acs")
 def pcie_acs(snap, ctx):
     """ACS redirect bits on the PCIe switch ports above the GPUs and RDMA NICs (NCCL troubleshooting, "PCI Access
     Control Services"), chosen as the system_tuning role's ACS concern chooses the ports it clears."""
