@@ -159,10 +159,11 @@ def revert(inventory: Optional[str] = None, *, local: bool = False, limit: Optio
            mitogen: bool = True, verbosity: int = 0, timeout: Optional[int] = None, connection=None,
            on_update=None, on_output=None) -> ApplyResult:
     """Put back what apply recorded, for every role or the roles in `tags`."""
-    from .ansible.runner import ROLE_TAGS
-    unknown = [t for t in tags if t not in ROLE_TAGS]
+    from .ansible.runner import role_names
+    roles = role_names()
+    unknown = [t for t in tags if t not in roles]
     if unknown:
-        raise bad_argument("tags", f"{', '.join(unknown)}: unknown role(s) (roles: {', '.join(ROLE_TAGS)})")
+        raise bad_argument("tags", f"{', '.join(unknown)}: unknown role(s) (roles: {', '.join(roles)})")
     return _playbook("revert.yml", inventory, local=local, limit=limit, forks=forks, variables=variables,
                      internal={}, tags=tags, skip_tags=(), check=False, diff=False, mitogen=mitogen,
                      verbosity=verbosity, timeout=timeout, connection=connection, on_update=on_update,

@@ -462,7 +462,9 @@ def _split(values, option: str = "--tags"):
 
 @cli.command()
 @_apply_options
-@click.option("--tags", multiple=True, help="Only these roles: driver_pin, gpu_persistence, gpu_clocks, container_toolkit, nccl_env, system_tuning; gpuprep_agent (off unless named); or system_tuning's concerns (system_tuning_ssh, ...).")
+@click.option("--tags", multiple=True, help="Only these roles (or system_tuning's concerns: system_tuning_ssh, ...), "
+                                           "comma-separated; gpuprep_agent runs only when named. An unknown name is "
+                                           "refused with the list of roles.")
 @click.option("--skip-tags", multiple=True, help="Skip these roles.")
 @click.option("--check", is_flag=True, help="Change nothing; report what would change.")
 @click.option("--diff", is_flag=True, help="Show the changes to files.")

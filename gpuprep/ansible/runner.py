@@ -22,8 +22,6 @@ from ..resources import collection_dir, collections_path, playbooks_dir
 from .artifacts import scrub
 from .reducer import RunState, interrupt, reduce
 
-ROLE_TAGS = ("driver_pin", "gpu_persistence", "gpu_clocks", "container_toolkit", "nccl_env", "system_tuning",
-             "gpuprep_agent")
 ANSIBLE_TAGS = ("always", "never")
 
 
@@ -204,17 +202,25 @@ def _pairs(value: str) -> Dict[str, object]:
     return out
 
 
+def role_names() -> List[str]:
+    """The roles apply.yml runs, in its order: the one list of roles (revert.yml reads it too, and undoes them in
+    the opposite order). Each role's tag is its name."""
+    import yaml
+    plays = yaml.safe_load((playbooks_dir() / "apply.yml").read_text())
+    return [entry["role"].rpartition(".")[2] for entry in plays[0]["roles"]]
+
+
 def concern_tags() -> List[str]:
-    """system_tuning's concerns, one task file each, tagged system_tuning_<file>."""
+    """system_tuning's concerns, one task file each, tagged system_tuning_<file> (main and revert are not concerns)."""
     tasks = collection_dir() / "roles" / "system_tuning" / "tasks"
-    return [f"system_tuning_{p.stem}" for p in sorted(tasks.glob("*.yml")) if p.stem != "main"]
+    return [f"system_tuning_{p.stem}" for p in sorted(tasks.glob("*.yml")) if p.stem not in ("main", "revert")]
 
 
 def validate_tags(tags: Sequence[str]) -> None:
-    concerns = concern_tags()
-    unknown = [t for t in tags if t not in set(ROLE_TAGS) | set(concerns) | set(ANSIBLE_TAGS)]
+    concerns, roles = concern_tags(), role_names()
+    unknown = [t for t in tags if t not in set(roles) | set(concerns) | set(ANSIBLE_TAGS)]
     if unknown:
-        raise BadInput(f"unknown tag(s) {', '.join(unknown)} (roles: {', '.join(ROLE_TAGS)}; "
+        raise BadInput(f"unknown tag(s) {', '.join(unknown)} (roles: {', '.join(roles)}; "
                        f"system_tuning's concerns: {', '.join(concerns)})")
 
 
