@@ -13,7 +13,6 @@ from .rules import Context, Finding, judge_all, select
 from .snapshot import Snapshot
 
 PROBE_ERROR_SCHEMA = "gpuprep.probe-error/1"
-COLLECT_TASK = "Collect snapshot"        # the task of check.yml whose stdout is the host's snapshot
 
 
 @dataclass
@@ -164,7 +163,7 @@ def gather(inventory: str, limit: Optional[str], forks: Optional[int],
 
 
 def _gathered(name: str, host) -> Member:
-    if host is None or (not host.collected and not host.failures):
+    if host is None or (host.probe_output is None and not host.failures):
         reason = "the run ended before this host was probed" if host is None or host.interrupted_at is None \
             else f"interrupted ({host.interrupted_at})"
         return Member(name, None, "probe-failed", reason)
@@ -174,7 +173,7 @@ def _gathered(name: str, host) -> Member:
         status = "unreachable" if failure.unreachable else "probe-failed"
         return Member(name, None, status, _probe_problem(failure.message) if not failure.unreachable
                       else (first[0] if first else "unreachable"))
-    text = host.collected.get(COLLECT_TASK, "")
+    text = host.probe_output or ""
     start = text.find("{")
     try:
         snap = Snapshot.from_json(text[start:] if start >= 0 else text, f"{name} probe output")

@@ -1,6 +1,8 @@
 """The burn-in verdict on GPU runs, which CI cannot produce: rank results shaped as the worker
 writes them, with GPU readings in the shape gpuprep's NVML sampler returns (the sampler itself is tested
 through nvidia-ml-py and the C stand-in of libnvidia-ml in test_nvml_probe.py)."""
+import json
+
 from gpuprep.burnin import RunResult
 from gpuprep.burnin.judge import judge
 
@@ -74,14 +76,19 @@ def test_a_setup_error_is_named_instead_of_blaming_a_rank_or_the_rendezvous():
     assert findings[0].severity == "fail" and "already in use" in findings[0].title
 
 
+# what `gpuprep burnin --json` prints on stdout when it cannot start (tests/test_bad_input.py checks the CLI does)
+ERROR_DOCUMENT = json.dumps({"schema": "gpuprep.error/1", "verdict": "error", "summary": {},
+                             "error": "PyTorch is not installed: pip install 'gpuprep[burnin]'", "exit_code": 2})
+
+
 def test_a_host_without_gpuprep_is_a_setup_error_of_that_host():
     from gpuprep.ansible.reducer import RunState, reduce
     from gpuprep.burnin.fleet_run import _host_setup_errors
     state = RunState()
-    reduce(state, {"event": "runner_on_failed", "event_data": {"host": "node2", "task": "Run this node's ranks",
+    state = reduce(state, {"event": "runner_on_failed", "event_data": {"host": "node2", "task": "Run this node's ranks",
                    "res": {"msg": "[Errno 2] No such file or directory: b'/opt/gpuprep/bin/gpuprep'", "rc": 2}}}, 0.0)
-    reduce(state, {"event": "runner_on_failed", "event_data": {"host": "node3", "task": "Run this node's ranks",
-                   "res": {"msg": "non-zero return code", "rc": 2,
+    state = reduce(state, {"event": "runner_on_failed", "event_data": {"host": "node3", "task": "Run this node's ranks",
+                   "res": {"msg": "non-zero return code", "rc": 2, "stdout": ERROR_DOCUMENT,
                            "stderr": "gpuprep: error: PyTorch is not installed: pip install 'gpuprep[burnin]'"}}}, 0.0)
     problems = [p for name in ("node2", "node3")
                 for p in _host_setup_errors(name, state.hosts[name], "/opt/gpuprep/bin/gpuprep")]

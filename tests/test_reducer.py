@@ -12,7 +12,7 @@ EVENTS = json.loads((Path(__file__).parent / "data" / "apply-events-failed-and-u
 def replay(events):
     state = RunState()
     for tick, event in enumerate(events):
-        reduce(state, event, float(tick))
+        state = reduce(state, event, float(tick))
     return state
 
 
@@ -62,3 +62,24 @@ def test_a_fast_rerun_names_the_roles_that_did_not_move_and_what_moved_in_the_ot
     assert "node0: gpu_persistence ran in full, moved since its last full run: unit nvidia-persistenced.service" \
         in table
     assert "1 of 1 host(s) succeeded" in table
+
+
+def test_reduce_returns_a_new_state_and_leaves_the_one_it_was_given():
+    import copy
+    state = RunState()
+    for tick, event in enumerate(EVENTS[: len(EVENTS) // 2]):
+        state = reduce(state, event, float(tick))
+    before = copy.deepcopy(state)
+    later = state
+    for tick, event in enumerate(EVENTS[len(EVENTS) // 2:]):
+        later = reduce(later, event, float(tick))
+    assert state == before and later != before and later.finished and not state.finished
+
+
+def test_the_probes_snapshot_is_found_by_what_the_task_returned_not_its_name():
+    snapshot = '{\n  "schema": "gpuprep.snapshot/1",\n  "sources": []\n}'
+    state = RunState()
+    for name, stdout in (("node1", snapshot), ("node2", "some other task's output")):
+        state = reduce(state, {"event": "runner_on_ok", "event_data": {
+            "host": name, "task": "Any name a site gives it", "res": {"stdout": stdout, "changed": False}}}, 0.0)
+    assert state.hosts["node1"].probe_output == snapshot and state.hosts["node2"].probe_output is None

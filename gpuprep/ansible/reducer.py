@@ -2,7 +2,7 @@
 runner's event handler only enqueues, and this turns the queue into state the view renders."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional
 
 
@@ -11,6 +11,7 @@ class FailedTask:
     task: str
     message: str
     unreachable: bool = False
+    stdout: str = ""       # what the failed command printed (a gpuprep command's JSON error document), bounded
 
 
 @dataclass
@@ -31,7 +32,7 @@ class HostState:
     drift: Dict[str, List[str]] = field(default_factory=dict)  # role -> what moved since its last full run
     final: bool = False            # counts replaced by playbook_on_stats
     interrupted_at: Optional[str] = None   # the task it was in when the run was cancelled
-    collected: Dict[str, str] = field(default_factory=dict)  # "Collect ..." task -> its stdout (a probe's snapshot)
+    probe_output: Optional[str] = None   # the stdout of a task that printed a gpuprep snapshot (check.yml's probe)
 
     @property
     def succeeded(self) -> bool:
@@ -66,6 +67,15 @@ class RunState:
             self.hosts[name] = HostState(name=name)
         return self.hosts[name]
 
+    def _own(self, name: str) -> HostState:
+        """A copy of the host's state, put in place of the original in this (already copied) run state: the
+        reducer changes the copy, never a state it was given."""
+        old = self.hosts.get(name) or HostState(name=name)
+        new = replace(old, failures=list(old.failures), changed_tasks=list(old.changed_tasks), diffs=list(old.diffs),
+                      unmoved_roles=list(old.unmoved_roles), drift=dict(old.drift))
+        self.hosts[name] = new
+        return new
+
 
 MESSAGE_LIMIT = 4000       # characters of one failure reason kept (a module can dump megabytes of stderr)
 GENERIC = ("One or more items failed", "non-zero return code", "MODULE FAILURE\nSee stdout/stderr for the exact error")
@@ -97,81 +107,136 @@ def _message(result: dict) -> str:
     return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + " [...]"
 
 
+def _play_start(state: RunState, data: dict, event: dict, now: float) -> None:
+    state.play = data.get("play") or data.get("name")
+    for name in data.get("hosts") or []:
+        state._own(name)
+
+
+def _task_start(state: RunState, data: dict, event: dict, now: float) -> None:
+    host = state._own(data["host"])
+    host.current_task = data.get("task")
+    if host.started_at is None:
+        host.started_at = now
+
+
+def _ok(state: RunState, data: dict, event: dict, now: float) -> None:
+    host = state._own(data["host"])
+    host.ok += 1
+    result = data.get("res") or {}
+    if result.get("changed"):
+        host.changed += 1
+        host.changed_tasks.append(data.get("task") or "?")
+    stdout = str(result.get("stdout") or "")
+    if SNAPSHOT_MARK in stdout[:SNAPSHOT_MARK_WITHIN]:     # the probe's return: this host's snapshot document
+        host.probe_output = stdout
+    if (data.get("task_action") or "").endswith("gpuprep_converged"):
+        _converged(host, data.get("role") or "?", result)
+    host.diffs.extend(_diffs(data.get("task") or "?", result))
+    host.finished_at = now
+
+
+def _converged(host: HostState, role: str, result: dict) -> None:
+    if result.get("converged") is True:
+        host.unmoved_roles.append(role)
+    elif result.get("moved"):
+        host.drift[role] = list(result["moved"])
+
+
+def _diffs(task: str, result: dict) -> List[tuple]:
+    """(task, where, before, after) for each file diff a module returned."""
+    diffs = result.get("diff") or []
+    out = []
+    for diff in diffs if isinstance(diffs, list) else [diffs]:
+        if isinstance(diff, dict) and ("before" in diff or "after" in diff):
+            args = (result.get("invocation") or {}).get("module_args") or {}
+            where = (args.get("dest") or args.get("path") or result.get("dest") or result.get("path")
+                     or diff.get("before_header") or diff.get("after_header") or "")
+            out.append((task, where, str(diff.get("before", "")), str(diff.get("after", ""))))
+    return out
+
+
+def _skipped(state: RunState, data: dict, event: dict, now: float) -> None:
+    host = state._own(data["host"])
+    host.skipped += 1
+    host.finished_at = now
+
+
+def _failed(state: RunState, data: dict, event: dict, now: float) -> None:
+    host = state._own(data["host"])
+    host.finished_at = now
+    if data.get("ignore_errors"):
+        host.ok += 1
+    else:
+        host.failed += 1
+        result = data.get("res") or {}
+        host.failures.append(FailedTask(task=data.get("task") or "?", message=_message(result),
+                                        stdout=str(result.get("stdout") or "")[:MESSAGE_LIMIT]))
+
+
+def _unreachable(state: RunState, data: dict, event: dict, now: float) -> None:
+    host = state._own(data["host"])
+    host.unreachable += 1
+    host.finished_at = now
+    host.failures.append(FailedTask(task=data.get("task") or "?", message=_message(data.get("res") or {}),
+                                    unreachable=True))
+
+
+_STATS = (("ok", "ok"), ("changed", "changed"), ("failed", "failures"), ("unreachable", "dark"),
+          ("skipped", "skipped"))     # HostState field <- playbook_on_stats key
+
+
+def _stats(state: RunState, data: dict, event: dict, now: float) -> None:
+    """Ansible's final counts replace the ones counted from events (loops and handlers count differently)."""
+    counts = {key: data.get(key) or {} for key in ("ok", "changed", "failures", "dark", "skipped", "rescued")}
+    for name in set().union(*[set(c) for c in counts.values()]):
+        host = state._own(name)
+        for attribute, key in _STATS:
+            setattr(host, attribute, counts[key].get(name, 0))
+        host.current_task = None
+        host.final = True
+    state.finished = True
+
+
+def _error(state: RunState, data: dict, event: dict, now: float) -> None:
+    state.errors = state.errors + [(event.get("stdout") or "").strip()]
+
+
+SNAPSHOT_MARK = '"schema": "gpuprep.snapshot/'     # how a gpuprep snapshot document starts (Snapshot.to_json)
+SNAPSHOT_MARK_WITHIN = 4096                         # characters: a line the interpreter printed first is allowed
+
+# event -> (handler, needs a host): what each ansible-runner event does to the state; others change nothing
+HANDLERS = {
+    "playbook_on_play_start": (_play_start, False),
+    "runner_on_start": (_task_start, True),
+    "playbook_on_task_start": (_task_start, True),
+    "runner_on_ok": (_ok, True),
+    "runner_on_skipped": (_skipped, True),
+    "runner_on_failed": (_failed, True),
+    "runner_on_unreachable": (_unreachable, True),
+    "playbook_on_stats": (_stats, False),
+    "error": (_error, False),
+}
+
+
 def reduce(state: RunState, event: dict, now: float) -> RunState:
+    """The state after `event`: a new RunState (the one given is left as it was). Pure: no I/O, no clock but `now`."""
     kind = event.get("event")
     data = event.get("event_data") or {}
-    host_name = data.get("host")
-    if kind == "playbook_on_play_start":
-        state.play = data.get("play") or data.get("name")
-        for name in data.get("hosts") or []:
-            state.host(name)
-    elif kind in ("runner_on_start", "playbook_on_task_start") and host_name:
-        host = state.host(host_name)
-        host.current_task = data.get("task")
-        if host.started_at is None:
-            host.started_at = now
-    elif kind == "runner_on_ok" and host_name:
-        host = state.host(host_name)
-        host.ok += 1
-        result = data.get("res") or {}
-        if result.get("changed"):
-            host.changed += 1
-            host.changed_tasks.append(data.get("task") or "?")
-        if (data.get("task") or "").lower().startswith("collect "):
-            host.collected[data["task"]] = str(result.get("stdout") or "")
-        if (data.get("task_action") or "").endswith("gpuprep_converged"):
-            if result.get("converged") is True:
-                host.unmoved_roles.append(data.get("role") or "?")
-            elif result.get("moved"):
-                host.drift[data.get("role") or "?"] = list(result["moved"])
-        diffs = result.get("diff") or []
-        for diff in diffs if isinstance(diffs, list) else [diffs]:
-            if isinstance(diff, dict) and ("before" in diff or "after" in diff):
-                args = (result.get("invocation") or {}).get("module_args") or {}
-                where = (args.get("dest") or args.get("path") or result.get("dest") or result.get("path")
-                         or diff.get("before_header") or diff.get("after_header") or "")
-                host.diffs.append((data.get("task") or "?", where,
-                                   str(diff.get("before", "")), str(diff.get("after", ""))))
-        host.finished_at = now
-    elif kind == "runner_on_skipped" and host_name:
-        host = state.host(host_name)
-        host.skipped += 1
-        host.finished_at = now
-    elif kind == "runner_on_failed" and host_name:
-        host = state.host(host_name)
-        host.finished_at = now
-        if data.get("ignore_errors"):
-            host.ok += 1
-        else:
-            host.failed += 1
-            host.failures.append(FailedTask(task=data.get("task") or "?", message=_message(data.get("res") or {})))
-    elif kind == "runner_on_unreachable" and host_name:
-        host = state.host(host_name)
-        host.unreachable += 1
-        host.finished_at = now
-        host.failures.append(FailedTask(task=data.get("task") or "?", message=_message(data.get("res") or {}),
-                                        unreachable=True))
-    elif kind == "playbook_on_stats":
-        counts = {key: data.get(key) or {} for key in ("ok", "changed", "failures", "dark", "skipped", "rescued")}
-        for name in set().union(*[set(c) for c in counts.values()]):
-            host = state.host(name)
-            host.ok = counts["ok"].get(name, 0)
-            host.changed = counts["changed"].get(name, 0)
-            host.failed = counts["failures"].get(name, 0)
-            host.unreachable = counts["dark"].get(name, 0)
-            host.skipped = counts["skipped"].get(name, 0)
-            host.current_task = None
-            host.final = True
-        state.finished = True
-    elif kind == "error" or (kind == "verbose" and "ERROR!" in (event.get("stdout") or "")):
-        state.errors.append((event.get("stdout") or "").strip())
-    return state
+    if kind == "verbose" and "ERROR!" in (event.get("stdout") or ""):
+        kind = "error"
+    handler, needs_host = HANDLERS.get(kind, (None, False))
+    if handler is None or (needs_host and not data.get("host")):
+        return state
+    new = replace(state, hosts=dict(state.hosts))
+    handler(new, data, event, now)
+    return new
 
 
 def interrupt(state: RunState, signal_name: str) -> RunState:
-    """The run was cancelled: every host that had not finished is marked with the task it was in."""
-    state.interrupted = signal_name
-    for host in state.hosts.values():
+    """The state after the run was cancelled: every host that had not finished is marked with the task it was in."""
+    new = replace(state, hosts=dict(state.hosts), interrupted=signal_name)
+    for name, host in state.hosts.items():
         if not host.final:
-            host.interrupted_at = host.current_task or "(not started)"
-    return state
+            new._own(name).interrupted_at = host.current_task or "(not started)"
+    return new

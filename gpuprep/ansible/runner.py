@@ -302,100 +302,36 @@ def keep_runs() -> int:
 def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] = None,
         on_output: Optional[Callable[[str], None]] = None) -> ApplyOutcome:
     """`on_output` receives Ansible's own output as it comes (with -e values and the become password redacted)."""
-    import ansible_runner
-
     validate_tags(list(request.tags) + list(request.skip_tags))
     ensure_ansible_core()
     private = tempfile.mkdtemp(prefix="gpuprep-apply-")
-    if request.local:
-        inventory = os.path.join(private, "local-inventory.ini")
-        with open(inventory, "w") as fh:
-            fh.write("localhost ansible_connection=local\n")
-        extravars = {"ansible_python_interpreter": sys.executable}
-        if os.geteuid() == 0:
-            extravars["ansible_become"] = False      # already root: no sudo needed (or installed)
-    elif request.inventory:
-        inventory = os.path.abspath(request.inventory) if os.path.exists(request.inventory) else request.inventory
-        extravars = {}
-    else:
-        raise BadInput(lambda name: f"give an inventory with {name('inventory')}, or {name('local')} for this machine")
     try:
+        inventory, extravars = _target(request, private)
         hosts = inventory_hosts(inventory, request.limit)
+        artifacts = _writable_artifacts()
     except BadInput:
         shutil.rmtree(private, ignore_errors=True)
         raise
     extravars.update(request.internal_vars or {})
     extravars.update(request.extravars or {})
-    forks = request.forks or max(1, min(len(hosts), 50))
-
-    project = str(playbooks_dir())
-    ident = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
-    artifacts = artifacts_root()
-    try:
-        os.makedirs(artifacts, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=artifacts, prefix=".writable-")
-        probe.close()
-    except OSError as exc:
-        shutil.rmtree(private, ignore_errors=True)
-        raise BadInput(f"state directory {artifacts}: cannot write run records there ({exc.strerror or exc}); "
-                       "set XDG_STATE_HOME to a writable directory") from None
-    cmdline = []
-    if request.check:
-        cmdline.append("--check")
-    if request.diff:
-        cmdline.append("--diff")
     connection = request.connection or Connection()
-    cmdline += connection.argv()
-
-    events: "queue.Queue[dict]" = queue.Queue()
-
-    def enqueue(event: dict) -> bool:
-        events.put(event)
-        return True
-
-    envvars = {**ansible_settings(),
-               "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
-               # the ansible CLIs installed beside this interpreter, even in an unactivated venv
-               "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-               **(mitogen_env() if request.mitogen else {})}
-    kwargs = dict(private_data_dir=private, project_dir=project, playbook=os.path.join(project, request.playbook),
-                  inventory=inventory, ident=ident, artifact_dir=artifacts, forks=forks, quiet=True,
-                  event_handler=enqueue, extravars=extravars or None, limit=request.limit,
-                  tags=",".join(request.tags) or None, skip_tags=",".join(request.skip_tags) or None,
-                  cmdline=shlex.join(cmdline) or None, suppress_env_files=True, envvars=envvars,
-                  passwords=connection.passwords(),
-                  # facts live in memory: a jsonfile cache under the artifacts would hold each host's environment
-                  # and fail on a host name with '/' in it
-                  fact_cache_type="memory",
-                  # keep the newest runs only (ansible-runner removes the oldest run directories)
-                  rotate_artifacts=keep_runs(), verbosity=request.verbosity or None, timeout=request.timeout)
-    # ansible-runner checks the timeout (and the cancel callback) once per pexpect wait, 5 s by default: a
-    # --timeout shorter than that let a run finish unchecked. Its settings are read from env/settings only.
-    os.makedirs(os.path.join(private, "env"), exist_ok=True)
-    with open(os.path.join(private, "env", "settings"), "w") as fh:
-        fh.write("pexpect_timeout: 0.25\n")
+    ident = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+    kwargs = _runner_arguments(request, private, inventory, extravars, artifacts, ident, len(hosts), connection)
     secrets = dict(request.extravars or {})
     if connection.become_password:
         secrets["become password"] = connection.become_password
-    output = _redacting(on_output, secrets) if on_output else None
     state = RunState()
     for name in hosts:
         state.host(name)
     try:
-        with _signals_cancel() as caught:
-            kwargs["cancel_callback"] = lambda: bool(caught)
-            thread, runner = ansible_runner.run_async(**kwargs)
-            _drain(events, runner, state, on_update, output)
-            thread.join()
+        state, runner, caught = _execute(kwargs, state, on_update, _redacting(on_output, secrets) if on_output else None)
     finally:
         shutil.rmtree(private, ignore_errors=True)
-        scrub(os.path.join(artifacts, ident), secrets, envvars)
-    while not events.empty():
-        reduce(state, events.get(), time.monotonic())
+        scrub(os.path.join(artifacts, ident), secrets, kwargs["envvars"])
     timed_out = runner.status == "timeout" and not state.finished
     if caught or timed_out:
         _reap(os.path.join(artifacts, ident))
-        interrupt(state, signal.Signals(caught[0]).name if caught else f"timeout after {request.timeout} s")
+        state = interrupt(state, signal.Signals(caught[0]).name if caught else f"timeout after {request.timeout} s")
     if on_update:
         on_update(state)
     if not caught and not timed_out and not state.finished and runner.rc != 0:
@@ -403,6 +339,81 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
         raise BadInput(message) if runner.rc in (4, 5) else GpuprepError(f"ansible-playbook failed: {message}")
     return ApplyOutcome(state=state, artifacts=os.path.join(artifacts, ident), status=runner.status,
                         rc=runner.rc, hosts_in_inventory=hosts, signal=caught[0] if caught else None)
+
+
+def _target(request: ApplyRequest, private: str):
+    """(inventory, the variables the target needs): this machine through a local inventory, or the user's."""
+    if request.local:
+        inventory = os.path.join(private, "local-inventory.ini")
+        with open(inventory, "w") as fh:
+            fh.write("localhost ansible_connection=local\n")
+        extravars: Dict[str, object] = {"ansible_python_interpreter": sys.executable}
+        if os.geteuid() == 0:
+            extravars["ansible_become"] = False      # already root: no sudo needed (or installed)
+        return inventory, extravars
+    if request.inventory:
+        return (os.path.abspath(request.inventory) if os.path.exists(request.inventory) else request.inventory), {}
+    raise BadInput(lambda name: f"give an inventory with {name('inventory')}, or {name('local')} for this machine")
+
+
+def _writable_artifacts() -> str:
+    artifacts = artifacts_root()
+    try:
+        os.makedirs(artifacts, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=artifacts, prefix=".writable-")
+        probe.close()
+    except OSError as exc:
+        raise BadInput(f"state directory {artifacts}: cannot write run records there ({exc.strerror or exc}); "
+                       "set XDG_STATE_HOME to a writable directory") from None
+    return artifacts
+
+
+def _runner_arguments(request: ApplyRequest, private: str, inventory: str, extravars: dict, artifacts: str,
+                      ident: str, host_count: int, connection: Connection) -> dict:
+    """ansible_runner.run_async's arguments for this request (its event handler is added by _execute)."""
+    cmdline = (["--check"] if request.check else []) + (["--diff"] if request.diff else []) + connection.argv()
+    envvars = {**ansible_settings(),
+               "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+               # the ansible CLIs installed beside this interpreter, even in an unactivated venv
+               "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+               **(mitogen_env() if request.mitogen else {})}
+    project = str(playbooks_dir())
+    # ansible-runner checks the timeout (and the cancel callback) once per pexpect wait, 5 s by default: a
+    # --timeout shorter than that let a run finish unchecked. Its settings are read from env/settings only.
+    os.makedirs(os.path.join(private, "env"), exist_ok=True)
+    with open(os.path.join(private, "env", "settings"), "w") as fh:
+        fh.write("pexpect_timeout: 0.25\n")
+    return dict(private_data_dir=private, project_dir=project, playbook=os.path.join(project, request.playbook),
+                inventory=inventory, ident=ident, artifact_dir=artifacts,
+                forks=request.forks or max(1, min(host_count, 50)), quiet=True, extravars=extravars or None,
+                limit=request.limit, tags=",".join(request.tags) or None,
+                skip_tags=",".join(request.skip_tags) or None, cmdline=shlex.join(cmdline) or None,
+                suppress_env_files=True, envvars=envvars, passwords=connection.passwords(),
+                # facts live in memory: a jsonfile cache under the artifacts would hold each host's environment
+                # and fail on a host name with '/' in it
+                fact_cache_type="memory",
+                # keep the newest runs only (ansible-runner removes the oldest run directories)
+                rotate_artifacts=keep_runs(), verbosity=request.verbosity or None, timeout=request.timeout)
+
+
+def _execute(kwargs: dict, state: RunState, on_update, on_output):
+    """Run ansible-playbook; its event handler only enqueues, and this thread reduces the queue into the state.
+    Returns (state, the runner, the signals that cancelled it)."""
+    import ansible_runner
+    events: "queue.Queue[dict]" = queue.Queue()
+
+    def enqueue(event: dict) -> bool:
+        events.put(event)
+        return True
+
+    with _signals_cancel() as caught:
+        kwargs.update(event_handler=enqueue, cancel_callback=lambda: bool(caught))
+        thread, runner = ansible_runner.run_async(**kwargs)
+        state = _drain(events, runner, state, on_update, on_output)
+        thread.join()
+    while not events.empty():
+        state = reduce(state, events.get(), time.monotonic())
+    return state, runner, caught
 
 
 def _redacting(write: Callable[[str], None], secrets: Dict[str, object]) -> Callable[[str], None]:
@@ -413,15 +424,15 @@ def _redacting(write: Callable[[str], None], secrets: Dict[str, object]) -> Call
 
 def _drain(events: "queue.Queue[dict]", runner, state: RunState,
            on_update: Optional[Callable[[RunState], None]],
-           on_output: Optional[Callable[[str], None]] = None) -> None:
+           on_output: Optional[Callable[[str], None]] = None) -> RunState:
     while True:
         try:
             event = events.get(timeout=0.2)
         except queue.Empty:
             if runner.status not in ("starting", "running", "unstarted") and events.empty():
-                return
+                return state
             continue
-        reduce(state, event, time.monotonic())
+        state = reduce(state, event, time.monotonic())
         if on_output and event.get("stdout"):
             on_output(event["stdout"])
         if on_update:

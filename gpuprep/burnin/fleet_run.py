@@ -69,12 +69,25 @@ def _host_setup_errors(host: str, state, gpuprep: str) -> list:
     problems = []
     for failure in state.failures:
         text = failure.message
+        error = _error_document(failure.stdout)
         if failure.unreachable:
             problems.append(f"{host} is unreachable: {text.splitlines()[0] if text else ''}")
         elif "No such file or directory" in text and gpuprep in text:
             problems.append(f"{host} has no {gpuprep}: install gpuprep[burnin] there at the same path as here")
-        elif "gpuprep: error:" in text:
-            problems.append(f"{host}: " + text.split("gpuprep: error:", 1)[1].strip().splitlines()[0])
+        elif error:
+            problems.append(f"{host}: {error}")
         else:
             problems += [f"{host}: {meaning}" for meaning in setup_errors(text)]
     return problems
+
+
+def _error_document(stdout: str):
+    """The error of the JSON error document `gpuprep burnin --json` printed on that host, if it printed one."""
+    from ..report import ERROR_SCHEMA
+    try:
+        document = json.loads(stdout)
+    except ValueError:
+        return None
+    if isinstance(document, dict) and document.get("schema") == ERROR_SCHEMA and isinstance(document.get("error"), str):
+        return document["error"].strip().splitlines()[0] if document["error"].strip() else None
+    return None
