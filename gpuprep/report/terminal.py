@@ -43,63 +43,110 @@ def _onoff(value: Optional[bool]) -> Optional[str]:
     return None if value is None else ("on" if value else "off")
 
 
-def render_facts(snap: Snapshot, out: Writer) -> None:
+_NVML_REASONS = {"not-installed": "not installed (no NVIDIA driver on this host)", "driver-not-loaded": "not loaded",
+                 "version-mismatch": "driver/library version mismatch",
+                 "no-permission": "NVML: insufficient permissions", "library-not-found": "NVML library not found"}
+
+
+def _host_section(snap: Snapshot, out: Writer) -> None:
     s = snap.system
     out.line(out.paint(f"gpuprep check: {s.hostname or ', '.join(snap.sources)}", "head"))
     if any([s.os_name, s.kernel, s.cpu_model]):
         out.line(f"  OS {s.os_name or '?'} {s.os_version or ''}  kernel {s.kernel or '?'}")
         out.line(f"  CPU {s.cpu_model or '?'}: {s.sockets or '?'} socket(s), {s.cores or '?'} cores, "
                  f"{s.threads or '?'} threads; memory {s.memory_total_mib or '?'} MiB")
+
+
+def _torch_text(torch) -> str:
+    if not (torch and torch.version):
+        return "not installed"
+    return torch.version + (f" (CUDA {torch.cuda})" if torch.cuda else " (no CUDA)")
+
+
+def _software_section(snap: Snapshot, out: Writer) -> None:
     sw = snap.software
     out.heading("Driver and software")
     if snap.nvml.available is False:
-        out.line("  NVIDIA driver: " + out.paint(
-            {"not-installed": "not installed (no NVIDIA driver on this host)",
-             "driver-not-loaded": "not loaded",
-             "version-mismatch": "driver/library version mismatch",
-             "no-permission": "NVML: insufficient permissions",
-             "library-not-found": "NVML library not found"}.get(snap.nvml.reason or "", snap.nvml.message or "unavailable"),
-            "warn"))
+        reason = _NVML_REASONS.get(snap.nvml.reason or "", snap.nvml.message or "unavailable")
+        out.line("  NVIDIA driver: " + out.paint(reason, "warn"))
     else:
         out.line(f"  driver {sw.driver_version or '?'}  CUDA (driver API) {sw.cuda_driver_version or '?'}")
     toolkits = ", ".join(f"{t.version or '?'} ({t.path})" for t in sw.cuda_toolkits or [])
     out.line(f"  CUDA toolkits: {toolkits or 'none found'}")
-    torch = sw.torch
-    out.line(f"  PyTorch: {torch.version + (' (CUDA ' + torch.cuda + ')' if torch.cuda else ' (no CUDA)') if torch and torch.version else 'not installed'}"
-             f"  cuDNN: {sw.cudnn_version or '-'}  NCCL: {sw.nccl_version or '-'}")
+    out.line(f"  PyTorch: {_torch_text(sw.torch)}  cuDNN: {sw.cudnn_version or '-'}  NCCL: {sw.nccl_version or '-'}")
     c = snap.container
-    if c.docker_reachable is not None:
-        out.line(f"  Docker: {'reachable ' + (c.docker_version or '') if c.docker_reachable else 'not reachable'}"
-                 + (f"; runtimes {', '.join(c.runtimes or [])} (default {c.default_runtime})" if c.docker_reachable else ""))
+    if c.docker_reachable:
+        out.line(f"  Docker: reachable {c.docker_version or ''}; runtimes {', '.join(c.runtimes or [])} "
+                 f"(default {c.default_runtime})")
+    elif c.docker_reachable is False:
+        out.line("  Docker: not reachable")
     if sw.container_toolkit_version:
         out.line(f"  nvidia-container-toolkit {sw.container_toolkit_version}")
 
-    if snap.gpus:
-        out.heading(f"GPUs ({len(snap.gpus)})")
-        out.table(["#", "name", "bus id", "mem MiB", "persist", "ECC", "MIG", "PCIe max", "temp C", "power W"],
-                  [[g.index, g.name, g.pci_bus_id, g.memory_total_mib, _onoff(g.persistence_mode),
-                    _onoff(g.ecc_mode_current), _onoff(g.mig_mode_current),
-                    f"Gen{g.pcie_gen_max} x{g.pcie_width_max}" if g.pcie_gen_max else None, g.temperature_c,
-                    f"{g.power_draw_w:.0f}/{g.power_limit_w:.0f}" if g.power_draw_w is not None and g.power_limit_w else None]
-                   for g in snap.gpus])
+
+def _power_text(g) -> Optional[str]:
+    return f"{g.power_draw_w:.0f}/{g.power_limit_w:.0f}" if g.power_draw_w is not None and g.power_limit_w else None
+
+
+def _gpu_section(snap: Snapshot, out: Writer) -> None:
+    if not snap.gpus:
+        return
+    out.heading(f"GPUs ({len(snap.gpus)})")
+    out.table(["#", "name", "bus id", "mem MiB", "persist", "ECC", "MIG", "PCIe max", "temp C", "power W"],
+              [[g.index, g.name, g.pci_bus_id, g.memory_total_mib, _onoff(g.persistence_mode),
+                _onoff(g.ecc_mode_current), _onoff(g.mig_mode_current),
+                f"Gen{g.pcie_gen_max} x{g.pcie_width_max}" if g.pcie_gen_max else None, g.temperature_c, _power_text(g)]
+               for g in snap.gpus])
+
+
+def _topology_section(snap: Snapshot, out: Writer) -> None:
     topo = snap.topology
-    if topo and topo.devices:
-        out.heading("Topology (nvidia-smi topo -m)")
-        devices = topo.devices
-        rows = []
-        for d in devices:
-            rows.append([d] + [("X" if d == o else topo.matrix.get(d, {}).get(o, "")) for o in devices]
-                        + [topo.cpu_affinity.get(d, ""), "" if topo.numa_affinity.get(d) is None else topo.numa_affinity[d]])
-        out.table([""] + devices + ["CPU affinity", "NUMA"], rows)
-        for nic, dev in topo.nic_names.items():
-            out.line(f"  {nic} = {dev}")
+    if not (topo and topo.devices):
+        return
+    out.heading("Topology (nvidia-smi topo -m)")
+    devices = topo.devices
+    rows = [[d] + [("X" if d == o else topo.matrix.get(d, {}).get(o, "")) for o in devices]
+            + [topo.cpu_affinity.get(d, ""), "" if topo.numa_affinity.get(d) is None else topo.numa_affinity[d]]
+            for d in devices]
+    out.table([""] + devices + ["CPU affinity", "NUMA"], rows)
+    for nic, dev in topo.nic_names.items():
+        out.line(f"  {nic} = {dev}")
+
+
+def _numa_section(snap: Snapshot, out: Writer) -> None:
     if snap.numa_nodes:
         out.heading("NUMA")
         out.table(["node", "cpus", "memory MiB"], [[n.node, n.cpulist or "(none)", n.memory_mib] for n in snap.numa_nodes])
+
+
+def _kernel_log_section(snap: Snapshot, out: Writer) -> None:
     if snap.xids:
         out.heading(f"Kernel log: {len(snap.xids)} Xid/SXid event(s)")
         for e in snap.xids[-10:]:
             out.line(f"  {e.time or '?'}  {e.kind.upper()} {e.code}  PCI {e.pci}  {e.message or ''}"[:160])
+
+
+# The host summary, in order: each section prints what the snapshot knows, or nothing.
+FACT_SECTIONS = (_host_section, _software_section, _gpu_section, _topology_section, _numa_section, _kernel_log_section)
+
+
+def render_facts(snap: Snapshot, out: Writer) -> None:
+    for section in FACT_SECTIONS:
+        section(snap, out)
+
+
+def _verdict_style(fail: int, warn: int):
+    """(word, colour) of a verdict line: FAIL, WARN or OK."""
+    return ("FAIL", "fail") if fail else ("WARN", "warn") if warn else ("OK", "pass")
+
+
+def _finding_lines(f: Finding, out: Writer) -> None:
+    out.line(f"  {out.paint(f.severity.upper().ljust(4), f.severity)}  {f.id}  {f.subject}: {f.title}")
+    if f.severity in ("fail", "warn") and f.evidence:
+        ev = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
+        out.line(f"        evidence: {ev}"[:300])
+    if f.remedy and f.severity != "pass":
+        out.line(f"        remedy:   {f.remedy}")
 
 
 def render_findings(findings: List[Finding], out: Writer, verbose: bool, waived: Optional[dict] = None) -> None:
@@ -110,17 +157,12 @@ def render_findings(findings: List[Finding], out: Writer, verbose: bool, waived:
     for area in areas:
         out.heading(f"[{area}]")
         for f in (x for x in shown if x.area == area):
-            out.line(f"  {out.paint(f.severity.upper().ljust(4), f.severity)}  {f.id}  {f.subject}: {f.title}")
-            if f.severity in ("fail", "warn") and f.evidence:
-                ev = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
-                out.line(f"        evidence: {ev}"[:300])
-            if f.remedy and f.severity != "pass":
-                out.line(f"        remedy:   {f.remedy}")
+            _finding_lines(f, out)
     counts = summary(findings)
     out.line()
-    verdict = "FAIL" if counts["fail"] else ("WARN" if counts["warn"] else "OK")
+    verdict, style = _verdict_style(counts["fail"], counts["warn"])
     out.line(out.paint(f"{verdict}: {counts['fail']} fail, {counts['warn']} warn, {counts['info']} info, "
-                       f"{counts['pass']} pass", "fail" if counts["fail"] else "warn" if counts["warn"] else "pass"))
+                       f"{counts['pass']} pass", style))
     hidden = (waived or {}).get("summary") or {}
     if hidden.get("fail") or hidden.get("warn"):
         ids = waived["ids"]
@@ -145,10 +187,7 @@ def render_check(document: dict, colour: bool, verbose: bool = False, drift_grou
     return out.text()
 
 
-def render_fleet(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
-    out = Writer(colour)
-    s = document["summary"]
-    out.line(out.paint(f"gpuprep check: fleet of {s['hosts']} host(s)", "head"))
+def _fleet_host_rows(document: dict, out: Writer) -> List[list]:
     rows = []
     for name, entry in sorted(document["hosts"].items()):
         if entry["status"] != "checked":
@@ -157,33 +196,46 @@ def render_fleet(document: dict, colour: bool, verbose: bool = False, drift_grou
         verdict = entry["verdict"]
         rows.append([name, out.paint(verdict.upper(), verdict), entry["summary"]["fail"], entry["summary"]["warn"],
                      len(entry.get("drift", [])), entry["gpus"], entry["driver"], ""])
-    out.table(["host", "verdict", "fail", "warn", "drift", "GPUs", "driver", "problem"], rows)
+    return rows
+
+
+def _fleet_findings(document: dict, out: Writer, verbose: bool) -> None:
     shown = [g for g in document["findings"] if verbose or g["severity"] in ("fail", "warn")]
     if shown:
         out.heading("Findings by check")
-        for group in shown:
-            hosts = group["hosts"]
-            named = ", ".join(hosts[:8]) + (f" and {len(hosts) - 8} more" if len(hosts) > 8 else "")
-            out.line(f"  {out.paint(group['severity'].upper().ljust(4), group['severity'])}  {group['id']}  "
-                     f"{len(hosts)} host(s): {named}")
-    facts = document["drift"]["facts"]
-    brief = not drift_groups
+    for group in shown:
+        hosts = group["hosts"]
+        named = ", ".join(hosts[:8]) + (f" and {len(hosts) - 8} more" if len(hosts) > 8 else "")
+        out.line(f"  {out.paint(group['severity'].upper().ljust(4), group['severity'])}  {group['id']}  "
+                 f"{len(hosts)} host(s): {named}")
+
+
+def _fleet_drift(facts: List[dict], out: Writer, brief: bool) -> None:
     if facts:
         out.heading("Drift between hosts" + (" (--drift shows every group)" if brief else ""))
-        for fact in facts:
-            reference = f"fleet: {fact['reference']}" if fact["reference"] is not None else "no majority"
-            odd = ", ".join(fact["odd_hosts"])
-            out.line(f"  {out.paint(fact['severity'].upper().ljust(4), fact['severity'])}  {fact['id']}  "
-                     f"{fact['fact']}: " + (f"{odd} ({reference})" if brief else reference))
-            for group in [] if brief else fact["groups"]:
-                mark = "  " if group["value"] == fact["reference"] else "! "
-                out.line(f"        {mark}{group['value']}: {', '.join(group['hosts'])}")
+    for fact in facts:
+        reference = f"fleet: {fact['reference']}" if fact["reference"] is not None else "no majority"
+        odd = ", ".join(fact["odd_hosts"])
+        out.line(f"  {out.paint(fact['severity'].upper().ljust(4), fact['severity'])}  {fact['id']}  "
+                 f"{fact['fact']}: " + (f"{odd} ({reference})" if brief else reference))
+        for group in [] if brief else fact["groups"]:
+            mark = "  " if group["value"] == fact["reference"] else "! "
+            out.line(f"        {mark}{group['value']}: {', '.join(group['hosts'])}")
+
+
+def render_fleet(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
+    out = Writer(colour)
+    s = document["summary"]
+    out.line(out.paint(f"gpuprep check: fleet of {s['hosts']} host(s)", "head"))
+    out.table(["host", "verdict", "fail", "warn", "drift", "GPUs", "driver", "problem"], _fleet_host_rows(document, out))
+    _fleet_findings(document, out, verbose)
+    facts = document["drift"]["facts"]
+    _fleet_drift(facts, out, brief=not drift_groups)
     out.line()
     verdict = document["verdict"]
-    out.line(out.paint(f"{'FAIL' if verdict == 'fail' else 'WARN' if verdict == 'warn' else 'OK'}: "
-                       f"{s['hosts_failed']} of {s['hosts']} host(s) failed ({s['hosts_unchecked']} not checked), "
-                       f"{len(facts)} drifting fact(s)", "fail" if verdict == "fail" else
-                       "warn" if verdict == "warn" else "pass"))
+    word, style = _verdict_style(verdict == "fail", verdict == "warn")
+    out.line(out.paint(f"{word}: {s['hosts_failed']} of {s['hosts']} host(s) failed ({s['hosts_unchecked']} not "
+                       f"checked), {len(facts)} drifting fact(s)", style))
     return out.text()
 
 
