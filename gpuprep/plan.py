@@ -247,32 +247,13 @@ def make_plan(snap: Snapshot, nproc: Optional[int] = None, mode: str = "exclusiv
     i-th; `allowed`: the CPUs the job may use. torch's --numa-binding divides the same way."""
     if mode not in MODES:
         raise BadInput(f"binding mode {mode}: expected one of {', '.join(MODES)}")
-    gpus = _gpus(snap)
-    if visible is not None:
-        unknown = [g for g in visible if g not in gpus]
-        if unknown:
-            raise BadInput(f"visible GPUs {list(visible)}: the host has no GPU {unknown[0]} "
-                           f"(it has {', '.join(map(str, gpus)) or 'none'})")
-        gpus = {g: gpus[g] for g in visible}
-    if nproc is not None and nproc < 1:
-        raise BadInput(f"ranks per node {nproc}: expected 1 or more")
-    if gpus and nproc is not None and nproc > len(gpus):
-        raise BadInput(f"{nproc} ranks per node: the host has {len(gpus)} GPUs{' visible' if visible is not None else ''} "
-                       "(one rank per GPU)")
-    if not gpus and nproc is None:
-        raise BadInput("no GPUs found: give the number of CPU ranks per node to plan")
+    gpus = _chosen_gpus(snap, nproc, visible)
     indexes = list(gpus)[: nproc or len(gpus)]
-    numa = gpu_numa_nodes(snap, indexes)
-    layout = cpu_layout(snap, numa, allowed)
+    reported = gpu_numa_nodes(snap, indexes)
+    layout = cpu_layout(snap, reported, allowed)
     if not layout.node_cpus:
         raise BadInput("no CPU layout: give numactl -H, lscpu or nvidia-smi topo -m output (or run on the host)")
-    host = snap.system.hostname or "host"
-    unknown = [g for g, n in numa.items() if n is None]
-    if unknown and layout.real_nodes() and len(layout.node_cpus) == 1 and not layout.multi_node(snap.system.sockets):
-        # one NUMA node: an unknown node (N/A, -1) can only be that one, as torch also reads it
-        only = layout.real_nodes()[0]
-        numa = {g: only if n is None else n for g, n in numa.items()}
-        layout.notes.append(f"GPUs {', '.join(map(str, unknown))}: NUMA node not reported; the host's only node {only}")
+    numa = _resolved_numa(snap, reported, layout)
     if gpus:
         placed = [(i, _home(numa[i], layout.pool_of.get(i), layout)) for i in indexes]
     else:
@@ -288,10 +269,41 @@ def make_plan(snap: Snapshot, nproc: Optional[int] = None, mode: str = "exclusiv
     hcas = _hca_list(snap, ranks)
     for rank in ranks:
         rank.env = _env(rank, bool(gpus), hcas)
+    host = snap.system.hostname or "host"
     findings = plan_findings(host, snap, ranks, numa, layout)
     every_gpu = len(indexes) == len(gpus)       # torch splits a node's cores among all its GPUs, used or not
     return LaunchPlan(host, mode, ranks, findings, layout.notes,
                       _torchrun(ranks, mode, numa, bool(gpus), list(gpus)) if every_gpu else None)
+
+
+def _chosen_gpus(snap: Snapshot, nproc: Optional[int], visible: Optional[Sequence[int]]) -> Dict[int, Optional[str]]:
+    """The GPUs the ranks may use (index -> bus id), after checking the rank count against them."""
+    gpus = _gpus(snap)
+    if visible is not None:
+        unknown = [g for g in visible if g not in gpus]
+        if unknown:
+            raise BadInput(f"visible GPUs {list(visible)}: the host has no GPU {unknown[0]} "
+                           f"(it has {', '.join(map(str, gpus)) or 'none'})")
+        gpus = {g: gpus[g] for g in visible}
+    if nproc is not None and nproc < 1:
+        raise BadInput(f"ranks per node {nproc}: expected 1 or more")
+    if gpus and nproc is not None and nproc > len(gpus):
+        raise BadInput(f"{nproc} ranks per node: the host has {len(gpus)} GPUs{' visible' if visible is not None else ''} "
+                       "(one rank per GPU)")
+    if not gpus and nproc is None:
+        raise BadInput("no GPUs found: give the number of CPU ranks per node to plan")
+    return gpus
+
+
+def _resolved_numa(snap: Snapshot, numa: Dict[int, Optional[int]], layout: Layout) -> Dict[int, Optional[int]]:
+    """On a host of one NUMA node, a GPU whose node is unknown (N/A, -1) can only be on that one, as torch also
+    reads it."""
+    unknown = [g for g, n in numa.items() if n is None]
+    if unknown and layout.real_nodes() and len(layout.node_cpus) == 1 and not layout.multi_node(snap.system.sockets):
+        only = layout.real_nodes()[0]
+        layout.notes.append(f"GPUs {', '.join(map(str, unknown))}: NUMA node not reported; the host's only node {only}")
+        return {g: only if n is None else n for g, n in numa.items()}
+    return numa
 
 
 def _home(node: Optional[int], pool: Optional[int], layout: Layout) -> Optional[int]:

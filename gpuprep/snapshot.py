@@ -411,41 +411,59 @@ def _build(tp, value, path: str = ""):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
         return _build(inner[0], value, path)
     if origin in (list, List):
-        (item,) = typing.get_args(tp)
-        if not isinstance(value, list):
-            raise _at(path, f"expected a list, got {type(value).__name__}")
-        limit = _LIST_LIMITS.get(path, _LIST_LIMIT)
-        if len(value) > limit:
-            raise _at(path, f"{len(value)} items, more than any host has (at most {limit})")
-        if dataclasses.is_dataclass(item) and any(v is None for v in value):
-            raise _at(f"{path}[{value.index(None)}]", "expected an object, got null")
-        return [_build(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return _build_list(typing.get_args(tp)[0], value, path)
     if origin in (dict, Dict):
-        _, item = typing.get_args(tp)
-        if not isinstance(value, dict):
-            raise _at(path, f"expected an object, got {type(value).__name__}")
-        return {str(k): _build(item, v, f"{path}.{k}") for k, v in value.items()}
+        return _build_dict(typing.get_args(tp)[1], value, path)
     if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise _at(path, f"expected an object, got {type(value).__name__}")
-        hints = _hints(tp)
-        known = {f.name for f in dataclasses.fields(tp)}
-        # a section written as null is an unknown section: its defaults (every field unknown), not None
-        kwargs = {k: _build(hints[k], v, f"{path}.{k}" if path else k) for k, v in value.items()
-                  if k in known and not (v is None and dataclasses.is_dataclass(hints[k]))}
-        try:
-            return tp(**kwargs)
-        except TypeError as exc:            # a required field missing
-            raise _at(path, f"{tp.__name__}: {exc}") from None
+        return _build_dataclass(tp, value, path)
+    return _scalar(tp, value, path)
+
+
+def _build_list(item, value, path: str):
+    if not isinstance(value, list):
+        raise _at(path, f"expected a list, got {type(value).__name__}")
+    limit = _LIST_LIMITS.get(path, _LIST_LIMIT)
+    if len(value) > limit:
+        raise _at(path, f"{len(value)} items, more than any host has (at most {limit})")
+    if dataclasses.is_dataclass(item) and any(v is None for v in value):
+        raise _at(f"{path}[{value.index(None)}]", "expected an object, got null")
+    return [_build(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+
+
+def _build_dict(item, value, path: str):
+    if not isinstance(value, dict):
+        raise _at(path, f"expected an object, got {type(value).__name__}")
+    return {str(k): _build(item, v, f"{path}.{k}") for k, v in value.items()}
+
+
+def _build_dataclass(tp, value, path: str):
+    if not isinstance(value, dict):
+        raise _at(path, f"expected an object, got {type(value).__name__}")
+    hints = _hints(tp)
+    known = {f.name for f in dataclasses.fields(tp)}
+    # a section written as null is an unknown section: its defaults (every field unknown), not None
+    kwargs = {k: _build(hints[k], v, f"{path}.{k}" if path else k) for k, v in value.items()
+              if k in known and not (v is None and dataclasses.is_dataclass(hints[k]))}
+    try:
+        return tp(**kwargs)
+    except TypeError as exc:            # a required field missing
+        raise _at(path, f"{tp.__name__}: {exc}") from None
+
+
+def _in_range(value, path: str) -> None:
+    if abs(value) >= _INT_LIMIT:
+        raise _at(path, f"a number of {len(str(abs(value)))} digits is out of range")
+
+
+def _scalar(tp, value, path: str):
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        if abs(value) >= _INT_LIMIT:
-            raise _at(path, f"a number of {len(str(abs(value)))} digits is out of range")
+        _in_range(value, path)
         value = float(value)
     if tp in (int, float, str, bool) and (not isinstance(value, tp) or (tp is int and isinstance(value, bool))):
         shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
         raise _at(path, f"expected {tp.__name__}, got {shown[:60]}")
-    if tp is int and abs(value) >= _INT_LIMIT:
-        raise _at(path, f"a number of {len(str(abs(value)))} digits is out of range")
+    if tp is int:
+        _in_range(value, path)
     if tp in (int, float) and not math.isfinite(value):
         raise _at(path, f"expected a finite number, got {value!r}")
     return value

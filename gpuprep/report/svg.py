@@ -16,41 +16,50 @@ def _text(x: float, y: float, text: str, size: int = 11, anchor: str = "middle",
             f'{escape(str(text))}</text>')
 
 
-def _devices(snapshot: dict) -> Tuple[Dict[Optional[int], List[dict]], Dict[str, dict]]:
-    """NUMA node -> its GPUs and NICs (each {"key", "label", "kind", "bad"}), and the same by key."""
-    topo = snapshot.get("topology") or {}
-    affinity = topo.get("numa_affinity") or {}
-    rdma = {d["name"]: d for d in snapshot.get("rdma_devices") or []}
-    by_node: Dict[Optional[int], List[dict]] = {}
-    by_key: Dict[str, dict] = {}
+def _gpu_devices(snapshot: dict, affinity: dict) -> List[dict]:
+    out = []
     for gpu in snapshot.get("gpus") or []:
         key = f"GPU{gpu['index']}" if gpu.get("index") is not None else (gpu.get("pci_bus_id") or "GPU?")
         node = gpu.get("numa_node") if gpu.get("numa_node") is not None else affinity.get(key)
-        device = {"key": key, "label": key, "sub": (gpu.get("name") or "").replace("NVIDIA ", "")[:12],
-                  "kind": "gpu", "node": node}
-        by_node.setdefault(node, []).append(device)
-        by_key[key] = device
-    nics = [d for d in topo.get("devices") or [] if d.startswith("NIC")]
-    matrix = topo.get("matrix") or {}
-    for nic in nics:
-        name = (topo.get("nic_names") or {}).get(nic, nic)
+        out.append({"key": key, "label": key, "sub": (gpu.get("name") or "").replace("NVIDIA ", "")[:12],
+                    "kind": "gpu", "node": node})
+    return out
+
+
+def _nearest_gpu_node(links: dict, gpus: Dict[str, dict]) -> Optional[int]:
+    """topo -m gives no NUMA node for NICs: the node of a GPU the NIC reaches without crossing sockets."""
+    near = [gpus[g]["node"] for g, link in links.items()
+            if g in gpus and link in ("PIX", "PXB", "PHB", "NODE") and gpus[g]["node"] is not None]
+    return near[0] if near else None
+
+
+def _topo_nics(topo: dict, rdma: Dict[str, dict], gpus: Dict[str, dict]) -> List[dict]:
+    out = []
+    matrix, names = topo.get("matrix") or {}, topo.get("nic_names") or {}
+    for nic in (d for d in topo.get("devices") or [] if d.startswith("NIC")):
+        name = names.get(nic, nic)
         node = (rdma.get(name) or {}).get("numa_node")
-        if node is None:   # topo -m gives no NUMA node for NICs: the node of a GPU it reaches without crossing sockets
-            near = [by_key[g]["node"] for g, link in (matrix.get(nic) or {}).items()
-                    if g in by_key and link in ("PIX", "PXB", "PHB", "NODE") and by_key[g]["node"] is not None]
-            node = near[0] if near else None
-        device = {"key": nic, "label": name[:10], "sub": nic, "kind": "nic", "node": node}
-        by_node.setdefault(node, []).append(device)
-        by_key[nic] = device
-    if not nics:
-        for dev in rdma.values():
-            device = {"key": dev["name"], "label": dev["name"][:10], "sub": dev.get("link_layer") or "",
-                      "kind": "nic", "node": dev.get("numa_node")}
-            by_node.setdefault(dev.get("numa_node"), []).append(device)
-            by_key[dev["name"]] = device
+        if node is None:
+            node = _nearest_gpu_node(matrix.get(nic) or {}, gpus)
+        out.append({"key": nic, "label": name[:10], "sub": nic, "kind": "nic", "node": node})
+    return out
+
+
+def _devices(snapshot: dict) -> Tuple[Dict[Optional[int], List[dict]], Dict[str, dict]]:
+    """NUMA node -> its GPUs and NICs (each {"key", "label", "kind", "bad"}), and the same by key. NICs come from
+    topo -m where it names them, else from the RDMA devices in /sys."""
+    topo = snapshot.get("topology") or {}
+    rdma = {d["name"]: d for d in snapshot.get("rdma_devices") or []}
+    gpus = {d["key"]: d for d in _gpu_devices(snapshot, topo.get("numa_affinity") or {})}
+    nics = _topo_nics(topo, rdma, gpus) or [
+        {"key": dev["name"], "label": dev["name"][:10], "sub": dev.get("link_layer") or "", "kind": "nic",
+         "node": dev.get("numa_node")} for dev in rdma.values()]
+    by_node: Dict[Optional[int], List[dict]] = {}
+    for device in list(gpus.values()) + nics:
+        by_node.setdefault(device["node"], []).append(device)
     for node in snapshot.get("numa_nodes") or []:
         by_node.setdefault(node["node"], [])
-    return by_node, by_key
+    return by_node, {d["key"]: d for d in list(gpus.values()) + nics}
 
 
 def topology(snapshot: dict, bad_gpus: frozenset = frozenset()) -> str:
