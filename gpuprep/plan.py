@@ -162,7 +162,8 @@ def cpu_layout(snap: Snapshot, gpu_nodes: Dict[int, Optional[int]], allowed: Opt
 
 
 def _cores(snap, node_cpus, everything, notes) -> Dict[int, int]:
-    """Each logical CPU -> the lowest logical CPU of its physical core (torch's choice of representative)."""
+    """Each logical CPU -> the lowest logical CPU of its physical core (torch's choice of representative): from
+    /sys's thread siblings, else from the core and thread counts, else from the shape of the NUMA CPU lists."""
     if snap.system.thread_siblings:
         core_of = {}
         for group in snap.system.thread_siblings:
@@ -171,22 +172,31 @@ def _cores(snap, node_cpus, everything, notes) -> Dict[int, int]:
                 core_of[cpu] = min(cpus)
         return core_of
     system = snap.system
-    if system.cores and system.threads and system.threads == system.cores:
+    counted = system.cores and system.threads
+    if counted and system.threads == system.cores:
         return {cpu: cpu for cpu in everything}
-    if system.cores and system.threads and system.threads == 2 * system.cores:
+    if counted and system.threads == 2 * system.cores:
         notes.append("SMT siblings taken as CPU n and n + cores (Linux's x86 numbering); /sys would say for sure")
         return {cpu: cpu % system.cores for cpu in everything}
-    half = (max(everything) + 1) // 2 if everything else 0
-    paired = everything and len(everything) == 2 * half and all(
-        (cpu < half) == (cpu + half in cpus) for cpus in node_cpus.values() for cpu in cpus if cpu < half)
-    # a node of two runs, the second the first's siblings (0-55,112-167); one contiguous run tells nothing
-    split = all(len(compress_cpulist(cpus).split(",")) == 2 for cpus in node_cpus.values())
-    if paired and split and all(any(c >= half for c in cpus) for cpus in node_cpus.values()):
+    half = _sibling_offset(node_cpus, everything)
+    if half:
         notes.append(f"SMT inferred from the CPU lists: CPU n and n + {half} share a core")
         return {cpu: cpu % half for cpu in everything}
     if not system.cores:
         notes.append("SMT layout unknown: every logical CPU is counted as a core")
     return {cpu: cpu for cpu in everything}
+
+
+def _sibling_offset(node_cpus: Dict[int, List[int]], everything) -> int:
+    """n where every node's CPUs are two runs, the second the first's siblings (0-55,112-167: n = 112); 0 when the
+    lists do not show it (one contiguous run tells nothing)."""
+    half = (max(everything) + 1) // 2 if everything else 0
+    if not everything or len(everything) != 2 * half:
+        return 0
+    paired = all((cpu < half) == (cpu + half in cpus) for cpus in node_cpus.values() for cpu in cpus if cpu < half)
+    split = all(len(compress_cpulist(cpus).split(",")) == 2 for cpus in node_cpus.values())
+    upper = all(any(c >= half for c in cpus) for cpus in node_cpus.values())
+    return half if paired and split and upper else 0
 
 
 def _sockets(snap, node_cpus, notes) -> Dict[int, int]:

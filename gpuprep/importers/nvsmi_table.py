@@ -69,6 +69,67 @@ def _unreadable(names, values) -> List[str]:
     return [f"{name} = {ERR}" for name, value in zip(names, values) if name and value == ERR]
 
 
+_COMPUTE_MODES = {"Default": "Default", "E.Process": "Exclusive_Process", "E.Thread": "Exclusive_Thread",
+                  "Prohibited": "Prohibited"}
+
+
+def _first_row(row1) -> Gpu:
+    gpu = Gpu(index=int(row1.group(1)))
+    name = row1.group(2).strip()
+    # old layouts truncate long names with '...': keep what is certain, nothing more
+    gpu.name = None if name == ERR else name
+    gpu.persistence_mode = v.flag(row1.group(3))
+    gpu.pci_bus_id = row1.group(4)
+    ecc = row1.group(6).strip()
+    if ecc in ("On", "Off"):
+        gpu.ecc_mode_current = ecc == "On"
+    elif v.integer(ecc) is not None:
+        gpu.ecc_mode_current = True
+        gpu.ecc_volatile_uncorrected = v.integer(ecc)
+    gpu.unreadable = _unreadable(_ROW1_CELLS, row1.groups()) or None
+    return gpu
+
+
+def _second_row(gpu: Gpu, row2) -> None:
+    gpu.temperature_c = v.integer(row2.group(2).rstrip("C"))
+    gpu.power_draw_w = v.number(row2.group(4).rstrip("W"))
+    gpu.power_limit_w = v.number(row2.group(5).rstrip("W"))
+    gpu.memory_total_mib = v.integer(row2.group(7).replace("MiB", ""))
+    mode = row2.group(9)
+    gpu.compute_mode = _COMPUTE_MODES.get(mode, v.known(mode))
+    gpu.unreadable = (gpu.unreadable or []) + _unreadable(_ROW2_CELLS, row2.groups()) or None
+
+
+def _third_row(gpu: Gpu, row3) -> None:
+    gpu.mig_mode_current = v.flag(row3.group(1))
+    if row3.group(1) == ERR:
+        gpu.unreadable = (gpu.unreadable or []) + [f"MIG mode = {ERR}"]
+
+
+def _gpu_rows(lines: List[str]) -> List[Gpu]:
+    """Each GPU's block of rows: the first starts a GPU, the second and third fill it in (once each)."""
+    gpus: List[Gpu] = []
+    current: Optional[Gpu] = None
+    for line in lines:
+        if line.startswith("| Processes"):
+            break
+        row1 = _ROW1.match(line)
+        if row1:
+            current = _first_row(row1)
+            gpus.append(current)
+            continue
+        if current is None:
+            continue
+        row2 = _ROW2.match(line)
+        if row2 and current.temperature_c is None and current.memory_total_mib is None:
+            _second_row(current, row2)
+            continue
+        row3 = _ROW3.match(line)
+        if row3 and current.mig_mode_current is None:
+            _third_row(current, row3)
+    return gpus
+
+
 def import_table(text: str, origin: str) -> Snapshot:
     """The table, with or without its header (a pasted part of it); ERR! in a cell is the GPU failing to
     report that value."""
@@ -78,47 +139,7 @@ def import_table(text: str, origin: str) -> Snapshot:
         snap.software.driver_version = header.group(2)
         snap.software.cuda_driver_version = v.known(header.group(3))
         snap.nvml = NvmlStatus(available=True)
-    gpus: List[Gpu] = []
-    lines = [line.rstrip() for line in text.splitlines()]
-    current: Optional[Gpu] = None
-    for line in lines:
-        if line.startswith("| Processes"):
-            break
-        row1 = _ROW1.match(line)
-        if row1:
-            current = Gpu(index=int(row1.group(1)))
-            name = row1.group(2).strip()
-            # old layouts truncate long names with '...': keep what is certain, nothing more
-            current.name = None if name == ERR else name
-            current.persistence_mode = v.flag(row1.group(3))
-            current.pci_bus_id = row1.group(4)
-            ecc = row1.group(6).strip()
-            if ecc in ("On", "Off"):
-                current.ecc_mode_current = ecc == "On"
-            elif v.integer(ecc) is not None:
-                current.ecc_mode_current = True
-                current.ecc_volatile_uncorrected = v.integer(ecc)
-            current.unreadable = _unreadable(_ROW1_CELLS, row1.groups()) or None
-            gpus.append(current)
-            continue
-        if current is None:
-            continue
-        row2 = _ROW2.match(line)
-        if row2 and current.temperature_c is None and current.memory_total_mib is None:
-            current.temperature_c = v.integer(row2.group(2).rstrip("C"))
-            current.power_draw_w = v.number(row2.group(4).rstrip("W"))
-            current.power_limit_w = v.number(row2.group(5).rstrip("W"))
-            current.memory_total_mib = v.integer(row2.group(7).replace("MiB", ""))
-            mode = row2.group(9)
-            current.compute_mode = {"Default": "Default", "E.Process": "Exclusive_Process",
-                                    "E.Thread": "Exclusive_Thread", "Prohibited": "Prohibited"}.get(mode, v.known(mode))
-            current.unreadable = (current.unreadable or []) + _unreadable(_ROW2_CELLS, row2.groups()) or None
-            continue
-        row3 = _ROW3.match(line)
-        if row3 and current.mig_mode_current is None:
-            current.mig_mode_current = v.flag(row3.group(1))
-            if row3.group(1) == ERR:
-                current.unreadable = (current.unreadable or []) + [f"MIG mode = {ERR}"]
+    gpus = _gpu_rows([line.rstrip() for line in text.splitlines()])
     if header and not gpus:
         # nvidia-smi prints "No devices were found" when there are none: a header without rows is a cut capture,
         # and judging it would pass a host whose GPUs nobody saw

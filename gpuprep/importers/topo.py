@@ -33,22 +33,24 @@ def parse_topology(text: str) -> Topology:
     topo = Topology(devices=devices)
     for line in lines[header_at + 1:]:
         cells = line.split()
-        if not cells or cells[0] not in devices:
-            if cells and cells[0].startswith("Legend"):
-                break
-            continue
-        name, rest = cells[0], cells[1:]
-        links = rest[:len(devices)]
-        topo.matrix[name] = {other: link for other, link in zip(devices, links) if other != name}
-        tail = rest[len(devices):]
-        for column, value in zip(extra, tail):
-            if column == "CPU Affinity" and v.known(value):
-                topo.cpu_affinity[name] = value
-            elif column == "NUMA Affinity":
-                topo.numa_affinity[name] = v.integer(value)
+        if cells and cells[0].startswith("Legend"):
+            break
+        if cells and cells[0] in devices:
+            _device_row(topo, cells[0], cells[1:], extra)
     legend = re.findall(r"^\s*(NIC\d+):\s*(\S+)\s*$", text, re.M)
     topo.nic_names = {nic: dev for nic, dev in legend}
     return topo
+
+
+def _device_row(topo: Topology, name: str, rest: List[str], extra: List[str]) -> None:
+    """One device's row: its link to each other device, then its CPU and NUMA affinity columns."""
+    devices = topo.devices
+    topo.matrix[name] = {other: link for other, link in zip(devices, rest[:len(devices)]) if other != name}
+    for column, value in zip(extra, rest[len(devices):]):
+        if column == "CPU Affinity" and v.known(value):
+            topo.cpu_affinity[name] = value
+        elif column == "NUMA Affinity":
+            topo.numa_affinity[name] = v.integer(value)
 
 
 def import_topology(text: str, origin: str) -> Snapshot:

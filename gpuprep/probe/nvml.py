@@ -129,8 +129,8 @@ class _Asker:
             return None
 
 
-def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
-    gpu = Gpu(index=index)
+def _identity(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
+    """The GPU's name, UUID, serial, bus id, architecture, firmware."""
     gpu.name = _text(ask(getattr(nvml, "nvmlDeviceGetName", None), h))
     gpu.uuid = _text(ask(getattr(nvml, "nvmlDeviceGetUUID", None), h))
     gpu.serial = _text(ask(getattr(nvml, "nvmlDeviceGetSerial", None), h))
@@ -143,6 +143,10 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
     gpu.vbios_version = _text(ask(getattr(nvml, "nvmlDeviceGetVbiosVersion", None), h))
     gpu.inforom_image = _text(ask(getattr(nvml, "nvmlDeviceGetInforomImageVersion", None), h))
     gpu.gsp_firmware = _text(ask(getattr(nvml, "nvmlDeviceGetGspFirmwareVersion", None), h))
+
+
+def _modes(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
+    """The GPU's memory size, persistence, compute and MIG modes."""
     memory = ask(getattr(nvml, "nvmlDeviceGetMemoryInfo", None), h)
     gpu.memory_total_mib = memory.total // (1 << 20) if memory is not None else None
     gpu.persistence_mode = _enabled(nvml, ask(getattr(nvml, "nvmlDeviceGetPersistenceMode", None), h))
@@ -155,6 +159,9 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
         slots = ask(getattr(nvml, "nvmlDeviceGetMaxMigDeviceCount", None), h) or 0
         gpu.mig_devices = sum(ask(getattr(nvml, "nvmlDeviceGetMigDeviceHandleByIndex", None), h, i) is not None for i in range(slots))
 
+
+def _clocks(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
+    """The GPU's current, application, default and maximum clocks, and the supported pairs."""
     graphics, sm, mem = nvml.NVML_CLOCK_GRAPHICS, nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM
     gpu.clock_graphics_mhz = ask(getattr(nvml, "nvmlDeviceGetClockInfo", None), h, graphics)
     gpu.clock_sm_mhz = ask(getattr(nvml, "nvmlDeviceGetClockInfo", None), h, sm)
@@ -172,6 +179,9 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
             ClockPair(mem_mhz=m, graphics_mhz=list(ask(getattr(nvml, "nvmlDeviceGetSupportedGraphicsClocks", None), h, m) or []))
             for m in mem_clocks]
 
+
+def _power(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
+    """The GPU's power draw and limits."""
     gpu.power_draw_w = _watts(ask(getattr(nvml, "nvmlDeviceGetPowerUsage", None), h))
     gpu.power_limit_w = _watts(ask(getattr(nvml, "nvmlDeviceGetPowerManagementLimit", None), h))
     gpu.power_default_limit_w = _watts(ask(getattr(nvml, "nvmlDeviceGetPowerManagementDefaultLimit", None), h))
@@ -180,6 +190,9 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
     if limits:
         gpu.power_min_limit_w, gpu.power_max_limit_w = _watts(limits[0]), _watts(limits[1])
 
+
+def _thermal(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
+    """The GPU's temperatures, thresholds and why the clocks are held down."""
     gpu.temperature_c = ask(getattr(nvml, "nvmlDeviceGetTemperature", None), h, nvml.NVML_TEMPERATURE_GPU)
     gpu.temperature_slowdown_c = ask(getattr(nvml, "nvmlDeviceGetTemperatureThreshold", None), h,
                                      nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
@@ -194,6 +207,9 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
     if reasons is not None:
         gpu.clock_event_reasons = [name for bit, name in _REASON_BITS if reasons & bit]
 
+
+def _ecc(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
+    """The GPU's ECC mode and error counts."""
     ecc = ask(getattr(nvml, "nvmlDeviceGetEccMode", None), h)
     if ecc is not None:
         gpu.ecc_mode_current, gpu.ecc_mode_pending = bool(ecc[0]), bool(ecc[1])
@@ -204,6 +220,9 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
     gpu.ecc_aggregate_uncorrected = ask(getattr(nvml, "nvmlDeviceGetTotalEccErrors", None), h, uncorrected,
                                         nvml.NVML_AGGREGATE_ECC)
 
+
+def _memory_health(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
+    """The GPU's retired pages and remapped rows."""
     single = ask(getattr(nvml, "nvmlDeviceGetRetiredPages", None), h, nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
     double = ask(getattr(nvml, "nvmlDeviceGetRetiredPages", None), h, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
     gpu.retired_pages_single_bit = len(single) if single is not None else None
@@ -214,6 +233,9 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
         gpu.remapped_rows_correctable, gpu.remapped_rows_uncorrectable = rows[0], rows[1]
         gpu.remapped_rows_pending, gpu.remapped_rows_failure = bool(rows[2]), bool(rows[3])
 
+
+def _links(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
+    """The GPU's PCIe link, NVLinks, fabric registration, NUMA node and CPU affinity."""
     gpu.pcie_gen_current = ask(getattr(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", None), h)
     gpu.pcie_gen_max = ask(getattr(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", None), h)
     gpu.pcie_gen_device_max = ask(getattr(nvml, "nvmlDeviceGetGpuMaxPcieLinkGeneration", None), h)
@@ -226,6 +248,16 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
     if affinity is not None:
         cpus = [word * 64 + bit for word, mask in enumerate(affinity) for bit in range(64) if mask >> bit & 1]
         gpu.cpu_affinity = compress_cpulist(cpus) if cpus else None
+
+
+# What is read of each GPU, one group of NVML queries each; a query the GPU or driver lacks leaves its field unknown.
+_READERS = (_identity, _modes, _clocks, _power, _thermal, _ecc, _memory_health, _links)
+
+
+def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
+    gpu = Gpu(index=index)
+    for read in _READERS:
+        read(gpu, nvml, ask, h)
     return gpu
 
 
