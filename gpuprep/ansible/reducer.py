@@ -86,10 +86,10 @@ def _item_label(item: dict) -> str:
     return f"item {label}" if label is not None else "item"
 
 
-def _message(result: dict) -> str:
-    """The whole reason a task failed: its message, the stderr behind a generic one, and every failed
-    loop item's own message, each on its own line."""
-    parts = []
+def _own_words(result: dict) -> List[str]:
+    """The result's message, reason and stderr, each once; a generic message gives way to the words behind it;
+    with none, the exit code and what was printed."""
+    parts: List[str] = []
     for key in ("msg", "reason", "stderr", "module_stderr"):
         value = str(result.get(key) or "").strip()
         if value and not any(value in part for part in parts):
@@ -99,6 +99,13 @@ def _message(result: dict) -> str:
     if not parts and result.get("rc"):
         stdout = str(result.get("stdout") or "").strip()
         parts.append(f"exit code {result['rc']}" + (f": {stdout}" if stdout else ""))
+    return parts
+
+
+def _message(result: dict) -> str:
+    """The whole reason a task failed: its message, the stderr behind a generic one, and every failed
+    loop item's own message, each on its own line."""
+    parts = _own_words(result)
     failed_items = [item for item in result.get("results") or [] if isinstance(item, dict) and item.get("failed")]
     if failed_items:
         parts = [p for p in parts if p not in GENERIC]

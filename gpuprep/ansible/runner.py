@@ -245,17 +245,7 @@ def inventory_hosts(inventory: str, limit: Optional[str]) -> List[str]:
     except subprocess.TimeoutExpired:
         raise BadInput(f"inventory {inventory}: ansible-inventory did not finish in 120 s") from None
     if done.returncode != 0:
-        lines = [l.strip() for l in (done.stderr or done.stdout).splitlines() if l.strip()]
-        if done.returncode < 0 or any("MemoryError" in l for l in lines):
-            raise BadInput(f"inventory {inventory}: reading it needed more than {INVENTORY_MEMORY >> 30} GiB "
-                           "(a YAML alias bomb?)")
-        # the cause: Ansible prints each inventory plugin's failure; the 'auto' plugin's is only the first
-        causes = [l for l in lines if "ERROR" in l or "Unable to parse" in l or "Failed" in l]
-        reason = next((l for l in causes if "auto" not in l), causes[0] if causes else
-                      (lines[0] if lines else "ansible-inventory failed"))
-        where = next((l.split(":", 1)[1].strip() for l in lines if l.startswith("Origin:")), None)
-        reason = reason.replace("[WARNING]: ", "") + (f" (at {where})" if where else "")
-        raise BadInput(f"inventory {inventory}: {reason.replace('[ERROR]: ', '').replace('ERROR! ', '')}")
+        raise BadInput(f"inventory {inventory}: {_inventory_failure(done)}")
     data = json.loads(done.stdout)
     hosts = set(data.get("_meta", {}).get("hostvars", {}))
     for group in data.values():
@@ -264,6 +254,20 @@ def inventory_hosts(inventory: str, limit: Optional[str]) -> List[str]:
     if not hosts:
         raise BadInput(f"inventory {inventory}: no hosts" + (f" match --limit {limit}" if limit else ""))
     return sorted(hosts)
+
+
+def _inventory_failure(done: subprocess.CompletedProcess) -> str:
+    """Why ansible-inventory failed, in one line: Ansible prints each inventory plugin's failure; the 'auto'
+    plugin's is only the first, so another plugin's is the cause."""
+    lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+    if done.returncode < 0 or any("MemoryError" in line for line in lines):
+        return f"reading it needed more than {INVENTORY_MEMORY >> 30} GiB (a YAML alias bomb?)"
+    causes = [line for line in lines if "ERROR" in line or "Unable to parse" in line or "Failed" in line]
+    fallback = causes[0] if causes else (lines[0] if lines else "ansible-inventory failed")
+    reason = next((line for line in causes if "auto" not in line), fallback)
+    where = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Origin:")), None)
+    reason = reason.replace("[WARNING]: ", "") + (f" (at {where})" if where else "")
+    return reason.replace("[ERROR]: ", "").replace("ERROR! ", "")
 
 
 def mitogen_env() -> Dict[str, str]:
@@ -328,17 +332,24 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
     finally:
         shutil.rmtree(private, ignore_errors=True)
         scrub(os.path.join(artifacts, ident), secrets, kwargs["envvars"])
-    timed_out = runner.status == "timeout" and not state.finished
-    if caught or timed_out:
-        _reap(os.path.join(artifacts, ident))
-        state = interrupt(state, signal.Signals(caught[0]).name if caught else f"timeout after {request.timeout} s")
+    state = _ended(state, runner, caught, request.timeout, os.path.join(artifacts, ident))
     if on_update:
         on_update(state)
-    if not caught and not timed_out and not state.finished and runner.rc != 0:
-        message = _first_error(runner) or f"ansible-playbook exited with {runner.rc}"
-        raise BadInput(message) if runner.rc in (4, 5) else GpuprepError(f"ansible-playbook failed: {message}")
     return ApplyOutcome(state=state, artifacts=os.path.join(artifacts, ident), status=runner.status,
                         rc=runner.rc, hosts_in_inventory=hosts, signal=caught[0] if caught else None)
+
+
+def _ended(state: RunState, runner, caught: list, timeout: Optional[int], run_dir: str) -> RunState:
+    """The state once the run ended: cancelled (a signal, the timeout) marks the hosts it stopped; a playbook that
+    failed before its plays ran (no stats) is an error, BadInput for what Ansible calls bad usage (4, 5)."""
+    timed_out = runner.status == "timeout" and not state.finished
+    if caught or timed_out:
+        _reap(run_dir)
+        return interrupt(state, signal.Signals(caught[0]).name if caught else f"timeout after {timeout} s")
+    if not state.finished and runner.rc != 0:
+        message = _first_error(runner) or f"ansible-playbook exited with {runner.rc}"
+        raise BadInput(message) if runner.rc in (4, 5) else GpuprepError(f"ansible-playbook failed: {message}")
+    return state
 
 
 def _target(request: ApplyRequest, private: str):

@@ -190,34 +190,31 @@ def torch_cpu_only(snap, ctx):
                     "variant your driver supports: `gpuprep compat --driver ...`)")]
 
 
-def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[str] = None,
-                      torch: Optional[str] = None, gpu_name: Optional[str] = None,
-                      cc: Optional[str] = None) -> List[Finding]:
-    """`gpuprep compat`: the same verdicts `check` gives, for versions typed in by hand."""
-    from ..errors import BadInput, bad_argument
+# CUDA has had majors 1..13; a version outside 1..29 is a typo, not a release gpuprep does not know yet
+_CUDA_VERSION = r"([1-9]|[12]\d)\.\d+(\.\d+)?"
+
+
+def _typed_versions(driver: str, cuda: Optional[str], cudnn: Optional[str], torch: Optional[str]):
+    """(torch's variant, the CUDA it was built for) after checking each version typed in; BadInput names the first
+    that is not a version."""
+    from ..errors import bad_argument
     if not re.fullmatch(r"\d+(\.\d+){1,2}", driver):
         raise bad_argument("driver", f"{driver!r} is not a driver version like 535.104.05")
-    findings: List[Finding] = []
     variant = variant_of_torch(torch)
     if torch and variant is None:
         raise bad_argument("torch", f"{torch!r} needs its variant, e.g. 2.5.1+cu124 or 2.5.1+cpu")
     torch_cuda = cuda_of_variant(variant)
-    # CUDA has had majors 1..13; a version outside 1..29 is a typo, not a release gpuprep does not know yet
-    if cuda and not re.fullmatch(r"([1-9]|[12]\d)\.\d+(\.\d+)?", cuda):
-        raise bad_argument("cuda", f"{cuda!r} is not a CUDA version like 12.4")
-    if torch_cuda and not re.fullmatch(r"([1-9]|[12]\d)\.\d+(\.\d+)?", torch_cuda):
-        raise bad_argument("torch", f"{torch!r}: {variant!r} is not a CUDA variant like cu124")
-    if cudnn and not re.fullmatch(r"\d+(\.\d+){1,3}", cudnn):
-        raise bad_argument("cudnn", f"{cudnn!r} is not a cuDNN version like 9.1.0")
-    if cuda:
-        findings.append(judge_driver_for_cuda("compat.toolkit-driver", "combination", f"CUDA {cuda}", driver, cuda))
-    if torch_cuda:
-        findings.append(judge_driver_for_cuda("compat.torch-driver", "combination", f"PyTorch {torch}", driver, torch_cuda))
-    if cudnn:
-        runtime = cuda or torch_cuda
-        if not runtime:
-            raise bad_argument("cudnn", lambda name: f"needs {name('cuda')} or a {name('torch')} with a CUDA variant")
-        findings.append(judge_cudnn("combination", cudnn, runtime, driver))
+    checks = (("cuda", cuda, _CUDA_VERSION, f"{cuda!r} is not a CUDA version like 12.4"),
+              ("torch", torch_cuda, _CUDA_VERSION, f"{torch!r}: {variant!r} is not a CUDA variant like cu124"),
+              ("cudnn", cudnn, r"\d+(\.\d+){1,3}", f"{cudnn!r} is not a cuDNN version like 9.1.0"))
+    for argument, value, pattern, message in checks:
+        if value and not re.fullmatch(pattern, value):
+            raise bad_argument(argument, message)
+    return variant, torch_cuda
+
+
+def _compute_capability(gpu_name: Optional[str], cc: Optional[str]) -> Optional[str]:
+    from ..errors import bad_argument
     if gpu_name and not cc:
         model = kb.gpu_model(gpu_name)
         if model is None:
@@ -225,14 +222,37 @@ def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[s
         cc = model["compute_capability"]
     if cc and not re.fullmatch(r"\d+\.\d+", cc):
         raise bad_argument("cc", f"{cc!r} is not a compute capability like 9.0")
+    return cc
+
+
+def _not_for_nvidia(torch: str, variant: str, driver: str) -> Finding:
+    # with a driver given, the question is an NVIDIA GPU's: a CPU or ROCm (AMD) wheel cannot use it
+    kind = "CPU-only" if variant == "cpu" else "ROCm (AMD GPU)"
+    return Finding("compat.torch-cpu-only", "fail", "combination",
+                   f"PyTorch {torch} is a {kind} build: it cannot use NVIDIA driver {driver}'s GPUs",
+                   {"torch": torch, "variant": variant}, "Install a CUDA build of PyTorch (+cuXYZ)")
+
+
+def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[str] = None,
+                      torch: Optional[str] = None, gpu_name: Optional[str] = None,
+                      cc: Optional[str] = None) -> List[Finding]:
+    """`gpuprep compat`: the same verdicts `check` gives, for versions typed in by hand."""
+    from ..errors import BadInput, bad_argument
+    variant, torch_cuda = _typed_versions(driver, cuda, cudnn, torch)
+    findings: List[Finding] = []
+    if cuda:
+        findings.append(judge_driver_for_cuda("compat.toolkit-driver", "combination", f"CUDA {cuda}", driver, cuda))
+    if torch_cuda:
+        findings.append(judge_driver_for_cuda("compat.torch-driver", "combination", f"PyTorch {torch}", driver, torch_cuda))
+    if cudnn:
+        if not (cuda or torch_cuda):
+            raise bad_argument("cudnn", lambda name: f"needs {name('cuda')} or a {name('torch')} with a CUDA variant")
+        findings.append(judge_cudnn("combination", cudnn, cuda or torch_cuda, driver))
+    cc = _compute_capability(gpu_name, cc)
     if cc and torch_cuda:
         findings.append(judge_torch_arch("combination", torch, variant, cc))
     if variant == "cpu" or (variant or "").startswith("rocm"):
-        # with a driver given, the question is an NVIDIA GPU's: a CPU or ROCm (AMD) wheel cannot use it
-        kind = "CPU-only" if variant == "cpu" else "ROCm (AMD GPU)"
-        findings.append(Finding("compat.torch-cpu-only", "fail", "combination",
-                                f"PyTorch {torch} is a {kind} build: it cannot use NVIDIA driver {driver}'s GPUs",
-                                {"torch": torch, "variant": variant}, "Install a CUDA build of PyTorch (+cuXYZ)"))
+        findings.append(_not_for_nvidia(torch, variant, driver))
     if not findings:
         raise BadInput(lambda name: f"nothing to judge: give {name('cuda')}, {name('torch')}, or {name('cudnn')} "
                                     "with the driver")

@@ -1,6 +1,8 @@
 """topo.*: how GPUs reach each other and the network (from `nvidia-smi topo -m` and NVLink state)."""
 from __future__ import annotations
 
+from typing import List, Optional
+
 from ..importers.topo import gpu_pairs, nic_device_name
 from .. import knowledge as kb
 from ..module_utils.gpuprep_lspci import acs_unreadable, is_gpu, redirecting, switch_ports_above
@@ -93,6 +95,24 @@ def gpu_nic_affinity(snap, ctx):
     return out
 
 
+_RDMA_DRIVERS = ("mlx", "ib", "bnxt_re", "efa", "irdma")    # RDMA device name prefixes, as topo -m's legend names them
+
+
+def _usable_rdma_nics(snap, minimum: float) -> Optional[List[str]]:
+    """The RDMA NICs a job could use: active and fast enough where /sys says, else the ones topo -m names; None
+    when neither source is there."""
+    if snap.rdma_devices is not None:
+        nics = [d for d in snap.rdma_devices if "ACTIVE" in (d.state or "ACTIVE").upper()]
+        return [d.name for d in nics if d.rate_gbps is None or d.rate_gbps >= minimum]
+    if not snap.topology:
+        return None
+    names = [nic_device_name(snap.topology, n) for n in snap.topology.nics()]
+    names = [n for n in names if n.startswith(_RDMA_DRIVERS)]
+    if any("eth" in n for n in names) and any("_ib" in n for n in names):
+        names = [n for n in names if "_ib" in n]     # IB ports for compute, the Ethernet ones for storage
+    return names
+
+
 @rule("topo.rdma-nics")
 def rdma_nics(snap, ctx):
     """Profiles that train across nodes want an RDMA NIC per GPU pair, fast enough."""
@@ -100,16 +120,8 @@ def rdma_nics(snap, ctx):
         return []
     wanted = max(1, len(snap.gpus) // 2)
     minimum = ctx.profile.get("min_rdma_gbps") or 0
-    if snap.rdma_devices is not None:
-        nics = [d for d in snap.rdma_devices if "ACTIVE" in (d.state or "ACTIVE").upper()]
-        fast = [d for d in nics if d.rate_gbps is None or d.rate_gbps >= minimum]
-        names = [d.name for d in fast]
-    elif snap.topology:
-        names = [nic_device_name(snap.topology, n) for n in snap.topology.nics()
-                 if nic_device_name(snap.topology, n).startswith(("mlx", "ib", "bnxt_re", "efa", "irdma"))]
-        if any("eth" in n for n in names) and any("_ib" in n for n in names):
-            names = [n for n in names if "_ib" in n]     # IB ports for compute, the Ethernet ones for storage
-    else:
+    names = _usable_rdma_nics(snap, minimum)
+    if names is None:
         return []
     evidence = {"rdma_nics": names, "gpus": len(snap.gpus), "wanted": wanted, "min_gbps": minimum}
     if len(names) < wanted:
