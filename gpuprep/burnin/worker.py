@@ -21,6 +21,8 @@ import json
 import os
 import socket
 import time
+from dataclasses import dataclass
+from typing import Optional
 
 SWEEP_TRIALS = 5             # timed trials per message size; the median trial is reported
 SWEEP_WARMUP = 5
@@ -50,14 +52,24 @@ def training_loss(output):
     return output.float().pow(2).sum() / output.shape[0]
 
 
-def _test_hooks(rank: int):
-    """Test-only switches (CI has no faulty hardware): slow one rank, or kill it mid-run."""
+def _test_hook(rank: int):
+    """Test-only switches (CI has no faulty hardware), run after each training step: slow one rank, or kill it
+    mid-run. None when neither is set for this rank (the training loop then knows nothing of them)."""
     slow = os.environ.get("GPUPREP_BURNIN_TEST_SLOW_RANK")
     die = os.environ.get("GPUPREP_BURNIN_TEST_DIE_RANK")
-    return (slow is not None and int(slow) == rank), (die is not None and int(die) == rank)
+    slow, die = (slow is not None and int(slow) == rank), (die is not None and int(die) == rank)
+    if not (slow or die):
+        return None
+
+    def after_step(steps: int) -> None:
+        if slow:
+            time.sleep(0.03)
+        if die and steps == 3:
+            os._exit(17)
+    return after_step
 
 
-def main() -> None:
+def _arguments():
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=float, required=True)
     parser.add_argument("--out", required=True)
@@ -65,13 +77,90 @@ def main() -> None:
     parser.add_argument("--max-mib", type=int, default=64)
     parser.add_argument("--memory-mib", type=int, default=0, help="Memory check buffer (0 = sized from free memory).")
     parser.add_argument("--timeout", type=float, default=60)
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+@dataclass
+class _Load:
+    """How this rank trains: the load's size, mixed precision, and the all-reduce sweep's largest message."""
+    plan: object
+    autocast: object
+    scaler: object
+    max_mib: int
+    monitor: Optional["_GpuMonitor"] = None
+
+
+def _gpu_load(torch, device, local_rank: int, max_mib: int, result: dict) -> _Load:
+    from gpuprep.burnin.load import GpuProps, plan_load
+    props = torch.cuda.get_device_properties(device)
+    uuid = str(getattr(props, "uuid", "") or "") or None
+    monitor = _GpuMonitor(local_rank, uuid)
+    result.update(gpu_index=local_rank, gpu_name=props.name, gpu_uuid=uuid,
+                  pci_bus_id=(monitor.before or {}).get("pci_bus_id"))
+    plan = plan_load(GpuProps(name=props.name, sm_count=props.multi_processor_count,
+                              memory_bytes=props.total_memory, capability=(props.major, props.minor),
+                              max_sm_clock_mhz=(monitor.before or {}).get("max_sm_clock_mhz")))
+    bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+    autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16 if bf16 else torch.float16)
+    # fp16 (Volta/Turing) has 5 exponent bits: without loss scaling small gradients flush to zero
+    scaler = torch.amp.GradScaler("cuda", enabled=not bf16)
+    return _Load(plan, autocast, scaler, min(max_mib, props.total_memory // SWEEP_MEMORY_SHARE >> 20), monitor)
+
+
+def _cpu_load(torch, max_mib: int) -> _Load:
+    from gpuprep.burnin.load import cpu_load
+    return _Load(cpu_load(), torch.autocast(device_type="cpu", enabled=False),
+                 torch.amp.GradScaler("cpu", enabled=False), max_mib)
+
+
+def _train(torch, dist, device, use_cuda: bool, load: _Load, seconds: float, progress, after_step) -> dict:
+    """DDP training until the deadline every rank agrees on; each step's compute time (no gradient sync) and
+    full step time. The model's memory is freed before returning."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    deadline = time.monotonic() + seconds
+    torch.manual_seed(1234)
+    model = build_model(torch, load.plan.width, load.plan.layers).to(device)
+    ddp = DDP(model, device_ids=[device.index] if use_cuda else None)
+    optimiser = torch.optim.SGD(ddp.parameters(), lr=LEARNING_RATE)
+    batch = torch.randn(load.plan.batch, load.plan.width, device=device)
+    sync = torch.cuda.synchronize if use_cuda else (lambda: None)
+    compute_ms, step_ms = [], []
+    while True:
+        # every rank must agree on the step count, so the deadline is decided collectively
+        go = torch.tensor([1.0 if time.monotonic() < deadline else 0.0], device=device)
+        dist.all_reduce(go, op=dist.ReduceOp.MIN)
+        if go.item() == 0.0:
+            break
+        if len(step_ms) % 10 == 0:
+            progress("training", 1 - max(0.0, deadline - time.monotonic()) / seconds)
+        start = time.perf_counter()
+        with ddp.no_sync():
+            with load.autocast:
+                loss = training_loss(ddp(batch))
+            load.scaler.scale(loss).backward()
+        if after_step:              # tests only: slow this rank's compute, or kill it after 3 steps
+            after_step(len(step_ms))
+        sync()
+        compute_ms.append((time.perf_counter() - start) * 1000)
+        start = time.perf_counter()
+        optimiser.zero_grad(set_to_none=True)
+        with load.autocast:
+            loss = training_loss(ddp(batch))
+        load.scaler.scale(loss).backward()
+        load.scaler.step(optimiser)
+        load.scaler.update()
+        sync()
+        step_ms.append((time.perf_counter() - start) * 1000)
+    # the load's memory goes back to the GPU before the memory check sizes itself from what is free
+    del ddp, model, optimiser, batch
+    return {"steps": len(step_ms), "compute_ms": [round(v, 3) for v in compute_ms],
+            "step_ms": [round(v, 3) for v in step_ms]}
+
+
+def main() -> None:
+    args = _arguments()
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from gpuprep.burnin.load import GpuProps, cpu_load, plan_load
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -84,94 +173,26 @@ def main() -> None:
                             device_id=device if use_cuda else None)
     if local_rank == 0:
         _write(os.path.join(args.out, "joined"), {"rank": rank, "world_size": world})
-    slow, die = _test_hooks(rank)
     progress = (lambda phase, done: _write(os.path.join(args.out, "progress.json"),
                                            {"phase": phase, "done": round(done, 3)})) if local_rank == 0 else (lambda *a: None)
     result = {"rank": rank, "world_size": world, "host": socket.gethostname(), "backend": backend,
               "device": str(device), "local_rank": local_rank}
-    monitor = None
-    if use_cuda:
-        props = torch.cuda.get_device_properties(device)
-        uuid = str(getattr(props, "uuid", "") or "") or None
-        monitor = _GpuMonitor(local_rank, uuid)
-        result.update(gpu_index=local_rank, gpu_name=props.name, gpu_uuid=uuid,
-                      pci_bus_id=(monitor.before or {}).get("pci_bus_id"))
-        plan = plan_load(GpuProps(name=props.name, sm_count=props.multi_processor_count,
-                                  memory_bytes=props.total_memory, capability=(props.major, props.minor),
-                                  max_sm_clock_mhz=(monitor.before or {}).get("max_sm_clock_mhz")))
-        bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
-        autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16 if bf16 else torch.float16)
-        # fp16 (Volta/Turing) has 5 exponent bits: without loss scaling small gradients flush to zero
-        scaler = torch.amp.GradScaler("cuda", enabled=not bf16)
-        max_mib = min(args.max_mib, props.total_memory // SWEEP_MEMORY_SHARE >> 20)
-    else:
-        plan = cpu_load()
-        autocast = torch.autocast(device_type="cpu", enabled=False)
-        scaler = torch.amp.GradScaler("cpu", enabled=False)
-        max_mib = args.max_mib
-    result["load"] = plan.to_dict()
-
-    deadline_train = time.monotonic() + args.duration * 0.5
-    torch.manual_seed(1234)
-    model = build_model(torch, plan.width, plan.layers).to(device)
-    ddp = DDP(model, device_ids=[local_rank] if use_cuda else None)
-    optimiser = torch.optim.SGD(ddp.parameters(), lr=LEARNING_RATE)
-    batch = torch.randn(plan.batch, plan.width, device=device)
-    compute_ms, step_ms = [], []
-    steps = 0
-    loss = None          # a run whose training deadline passed during setup takes no step
-    if monitor is not None:
-        monitor.phase("training")
-    while True:
-        # every rank must agree on the step count, so the deadline is decided collectively
-        go = torch.tensor([1.0 if time.monotonic() < deadline_train else 0.0], device=device)
-        dist.all_reduce(go, op=dist.ReduceOp.MIN)
-        if go.item() == 0.0:
-            break
-        if steps % 10 == 0:
-            progress("training", 1 - max(0.0, deadline_train - time.monotonic()) / (args.duration * 0.5))
-        start = time.perf_counter()
-        with ddp.no_sync():
-            with autocast:
-                loss = training_loss(ddp(batch))
-            scaler.scale(loss).backward()
-        if slow:
-            time.sleep(0.03)
-        if use_cuda:
-            torch.cuda.synchronize()
-        compute_ms.append((time.perf_counter() - start) * 1000)
-        start = time.perf_counter()
-        optimiser.zero_grad(set_to_none=True)
-        with autocast:
-            loss = training_loss(ddp(batch))
-        scaler.scale(loss).backward()
-        scaler.step(optimiser)
-        scaler.update()
-        if use_cuda:
-            torch.cuda.synchronize()
-        step_ms.append((time.perf_counter() - start) * 1000)
-        steps += 1
-        if die and steps == 3:
-            os._exit(17)
-    if monitor is not None:
-        monitor.phase("collectives")
-    # the load's memory goes back to the GPU before the memory check sizes itself from what is free
-    del ddp, model, optimiser, batch, loss
-    result["steps"] = steps
-    result["compute_ms"] = [round(v, 3) for v in compute_ms]
-    result["step_ms"] = [round(v, 3) for v in step_ms]
-
+    load = _gpu_load(torch, device, local_rank, args.max_mib, result) if use_cuda else _cpu_load(torch, args.max_mib)
+    result["load"] = load.plan.to_dict()
+    phase = load.monitor.phase if load.monitor is not None else (lambda name: None)
+    phase("training")
+    result.update(_train(torch, dist, device, use_cuda, load, args.duration * 0.5, progress, _test_hook(rank)))
+    phase("collectives")
     progress("all-reduce sweep", 0.0)
-    result["allreduce"] = _sweep(torch, dist, device, world, max_mib, use_cuda, args.duration * SWEEP_SHARE)
+    result["allreduce"] = _sweep(torch, dist, device, world, load.max_mib, use_cuda, args.duration * SWEEP_SHARE)
     progress("all-gather / reduce-scatter", 0.0)
-    result["collectives"] = _other_collectives(torch, dist, device, world, min(max_mib, OTHER_COLLECTIVES_MIB),
+    result["collectives"] = _other_collectives(torch, dist, device, world, min(load.max_mib, OTHER_COLLECTIVES_MIB),
                                                use_cuda)
     progress("memory check", 0.0)
-    if monitor is not None:
-        monitor.phase("memory")
+    phase("memory")
     result["memory"] = run_memory_check(torch, device, use_cuda, args.memory_mib << 20)
-    if monitor is not None:
-        result["gpu"] = monitor.finish()
+    if load.monitor is not None:
+        result["gpu"] = load.monitor.finish()
     progress("done", 1.0)
     dist.barrier()
     _write(os.path.join(args.out, f"rank{rank}.json"), result)
@@ -214,17 +235,22 @@ class _GpuMonitor:
         self._thread.join(timeout=5)
         after = self._read() or {}
         training = [s for s in self.samples if s["phase"] == "training"]
-        reasons = sorted({r for s in self.samples for r in s.get("clock_event_reasons") or []})
-        return {"before": self.before, "after": after, "samples": len(self.samples), "reasons_seen": reasons,
-                "max_temperature_c": max((s.get("temperature_c") or 0 for s in self.samples), default=None),
-                "max_power_w": max((s.get("power_draw_w") or 0 for s in self.samples), default=None),
-                "training_samples": len(training),
-                "training_max_power_w": max((s.get("power_draw_w") or 0 for s in training), default=None),
-                "training_reasons": sorted({r for s in training for r in s.get("clock_event_reasons") or []}),
+        return {"before": self.before, "after": after, "samples": len(self.samples),
+                "reasons_seen": _reasons(self.samples), "max_temperature_c": _peak(self.samples, "temperature_c"),
+                "max_power_w": _peak(self.samples, "power_draw_w"), "training_samples": len(training),
+                "training_max_power_w": _peak(training, "power_draw_w"), "training_reasons": _reasons(training),
                 "power_limit_w": (self.before or {}).get("power_limit_w"),
                 "min_sm_clock_mhz": min((s.get("clock_sm_mhz") or 0 for s in self.samples), default=None),
                 "failure": next((s["failure"] for s in [self.before or {}, *self.samples, after] if s.get("failure")),
                                 None)}
+
+
+def _peak(samples, key):
+    return max((s.get(key) or 0 for s in samples), default=None)
+
+
+def _reasons(samples):
+    return sorted({r for s in samples for r in s.get("clock_event_reasons") or []})
 
 
 def _other_collectives(torch, dist, device, world, max_mib, use_cuda):
