@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
-from ..errors import BadInput, bad_argument
+from ..errors import bad_argument
 
 GRACE_SECONDS = 15
 DEFAULT_RDZV_TIMEOUT = 60.0
@@ -177,16 +177,8 @@ def nccl_env_file(path: str = "/etc/gpuprep/env") -> Dict[str, str]:
     return env
 
 
-def launch(duration: float, nproc: int, backend: str, env: Optional[Dict[str, str]] = None,
-           nnodes: int = 1, node_rank: int = 0, master: Optional[str] = None,
-           rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT, out_dir: Optional[str] = None,
-           on_progress: Optional[Callable[[dict], None]] = None) -> RunResult:
-    """Run torchrun for this node. A watchdog kills the whole process group when the rendezvous has
-    not completed within `rdzv_timeout`, or the run passes duration + grace."""
-    preflight(nnodes, node_rank, master)
-    keep = out_dir is not None
-    out_dir = out_dir or tempfile.mkdtemp(prefix="gpuprep-burnin-")
-    os.makedirs(out_dir, exist_ok=True)
+def _torchrun(duration: float, nproc: int, backend: str, nnodes: int, node_rank: int, master: Optional[str],
+              out_dir: str) -> List[str]:
     collective_timeout = max(10.0, min(60.0, duration))
     if nnodes == 1:
         rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
@@ -194,45 +186,66 @@ def launch(duration: float, nproc: int, backend: str, env: Optional[Dict[str, st
         host, port = parse_master(master or "")
         # static rendezvous: the first node (node rank 0) hosts the store, as SuperBench does
         rendezvous = ["--node-rank", str(node_rank), "--master-addr", host, "--master-port", str(port)]
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
             "--max-restarts", "0", *rendezvous,
             "-m", "gpuprep.burnin.worker", "--duration", str(duration), "--out", out_dir,
             *worker_options(backend, collective_timeout)]
-    child_env = child_environment(dict(os.environ), nccl_env_file(), env)
-    xids_before = _xids()
+
+
+def _watch(proc: subprocess.Popen, out_dir: str, duration: float, rdzv_timeout: float,
+           on_progress: Optional[Callable[[dict], None]]):
+    """Wait for torchrun; kill its whole process group when the rendezvous has not completed within
+    `rdzv_timeout`, or the ranks outlive duration + grace after it. Returns (timed out, rendezvous failed)."""
     start = time.monotonic()
-    log = tempfile.TemporaryFile(mode="w+")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env=child_env,
-                            start_new_session=True)
-    timed_out = rendezvous_failed = False
     joined_at = None
     while proc.poll() is None:
         time.sleep(0.25)
         elapsed = time.monotonic() - start
         if joined_at is None and os.path.exists(os.path.join(out_dir, "joined")):
             joined_at = elapsed
-        if joined_at is None and elapsed > rdzv_timeout:
-            rendezvous_failed = True
-        elif joined_at is not None and elapsed > joined_at + duration + GRACE_SECONDS:
-            timed_out = True
+        rendezvous_failed = joined_at is None and elapsed > rdzv_timeout
+        timed_out = joined_at is not None and elapsed > joined_at + duration + GRACE_SECONDS
         if rendezvous_failed or timed_out:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            break
-        if on_progress:
-            progress = _read_json(os.path.join(out_dir, "progress.json"))
-            if progress:
-                on_progress(progress)
-    wall = time.monotonic() - start
-    log.seek(0)
-    output = log.read()
-    log.close()
+            return timed_out, rendezvous_failed
+        progress = _read_json(os.path.join(out_dir, "progress.json")) if on_progress else None
+        if progress:
+            on_progress(progress)
+    return False, False
+
+
+def _rank_results(out_dir: str) -> Dict[int, dict]:
     ranks = {}
     for name in os.listdir(out_dir):
         if re.fullmatch(r"rank\d+\.json", name):
             data = _read_json(os.path.join(out_dir, name))
             if data:
                 ranks[data["rank"]] = data
+    return ranks
+
+
+def launch(duration: float, nproc: int, backend: str, env: Optional[Dict[str, str]] = None,
+           nnodes: int = 1, node_rank: int = 0, master: Optional[str] = None,
+           rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT, out_dir: Optional[str] = None,
+           on_progress: Optional[Callable[[dict], None]] = None) -> RunResult:
+    """Run torchrun for this node (watched by _watch) and gather each rank's results and the new Xids."""
+    preflight(nnodes, node_rank, master)
+    keep = out_dir is not None
+    out_dir = out_dir or tempfile.mkdtemp(prefix="gpuprep-burnin-")
+    os.makedirs(out_dir, exist_ok=True)
+    argv = _torchrun(duration, nproc, backend, nnodes, node_rank, master, out_dir)
+    child_env = child_environment(dict(os.environ), nccl_env_file(), env)
+    xids_before = _xids()
+    start = time.monotonic()
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env=child_env,
+                                start_new_session=True)
+        timed_out, rendezvous_failed = _watch(proc, out_dir, duration, rdzv_timeout, on_progress)
+        wall = time.monotonic() - start
+        log.seek(0)
+        output = log.read()
+    ranks = _rank_results(out_dir)
     if not keep:
         shutil.rmtree(out_dir, ignore_errors=True)
     cause_rank, cause_exit = root_cause(output)

@@ -87,40 +87,58 @@ from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_gputable impo
 from ansible_collections.gpuprep.node.plugins.module_utils.gpuprep_nvsmi import HOLDING_REASONS
 
 
-def plan_gpu(gpu, request, power, table):
-    pairs = gpu.get("supported_clocks") or []
-    supported = {p["memory"]: sorted(p["graphics"]) for p in pairs if p.get("memory")}
+class Refused(ValueError):
+    """A requested clock or power limit the GPU does not take; the message names the GPU and what it takes."""
+
+
+def _who(gpu):
+    return f"GPU {gpu['index']} ({gpu.get('name')})"
+
+
+def _memory_clock(gpu, request, supported):
     memory = request.get("memory") or (max(supported) if supported else gpu.get("max_memory"))
     if supported and memory not in supported:
-        return None, (f"GPU {gpu['index']} ({gpu.get('name')}): memory clock {memory} MHz is not supported; "
+        raise Refused(f"{_who(gpu)}: memory clock {memory} MHz is not supported; "
                       f"supported: {sorted(supported, reverse=True)}")
-    allowed = supported.get(memory, [])
-    graphics = request.get("graphics") or (max(allowed) if allowed else gpu.get("max_graphics"))
-    locked, locked_memory = clock_locks(table, gpu.get("name"), gpu.get("architecture"))
-    # `-lgc MIN,MAX` takes any clock in the supported range (the driver clamps to its steps); `-ac MEM,GR` only
-    # an exact supported pair
-    in_range = bool(allowed) and allowed[0] <= graphics <= allowed[-1]
-    if allowed and locked and not in_range:
-        return None, (f"GPU {gpu['index']} ({gpu.get('name')}): graphics clock {graphics} MHz is not supported with "
-                      f"memory {memory} MHz; locked clocks take {allowed[0]}..{allowed[-1]} MHz")
-    if allowed and locked and graphics not in allowed:
-        graphics = max(g for g in allowed if g <= graphics)   # between two steps: the step below, as reported
-    if allowed and not locked and graphics not in allowed:
-        return None, (f"GPU {gpu['index']} ({gpu.get('name')}): graphics clock {graphics} MHz is not supported with "
+    return memory
+
+
+def _graphics_clock(gpu, graphics, memory, allowed, locked):
+    """The graphics clock to set. `-lgc MIN,MAX` takes any clock in the supported range (the driver clamps to its
+    steps: the step below, as reported); `-ac MEM,GR` only an exact supported pair."""
+    if allowed and locked:
+        if not allowed[0] <= graphics <= allowed[-1]:
+            raise Refused(f"{_who(gpu)}: graphics clock {graphics} MHz is not supported with memory {memory} MHz; "
+                          f"locked clocks take {allowed[0]}..{allowed[-1]} MHz")
+        return max(g for g in allowed if g <= graphics)
+    if allowed and graphics not in allowed:
+        raise Refused(f"{_who(gpu)}: graphics clock {graphics} MHz is not supported with "
                       f"memory {memory} MHz; supported: {allowed[-1]}..{allowed[0]} MHz ({len(allowed)} steps: "
                       f"{', '.join(str(g) for g in sorted(allowed, reverse=True)[:8])}, ...)")
-    if not supported and gpu.get("max_graphics") and graphics > gpu["max_graphics"]:
-        return None, f"GPU {gpu['index']} ({gpu.get('name')}): {graphics} MHz is above the maximum {gpu['max_graphics']} MHz"
-    if power is not None and gpu.get("power_min") and gpu.get("power_max") and \
-            not gpu["power_min"] <= power <= gpu["power_max"]:
-        return None, (f"GPU {gpu['index']} ({gpu.get('name')}): power limit {power} W outside "
-                      f"{gpu['power_min']}..{gpu['power_max']} W")
-    if locked:
-        method = "locked"
-    elif gpu.get("app_graphics") is not None:
-        method = "app"
-    else:
-        method = "none"
+    if not allowed and gpu.get("max_graphics") and graphics > gpu["max_graphics"]:
+        raise Refused(f"{_who(gpu)}: {graphics} MHz is above the maximum {gpu['max_graphics']} MHz")
+    return graphics
+
+
+def _check_power(gpu, power):
+    low, high = gpu.get("power_min"), gpu.get("power_max")
+    if power is not None and low and high and not low <= power <= high:
+        raise Refused(f"{_who(gpu)}: power limit {power} W outside {low}..{high} W")
+
+
+def plan_gpu(gpu, request, power, table):
+    """(the GPU's plan, None), or (None, why the request is refused)."""
+    supported = {p["memory"]: sorted(p["graphics"]) for p in gpu.get("supported_clocks") or [] if p.get("memory")}
+    locked, locked_memory = clock_locks(table, gpu.get("name"), gpu.get("architecture"))
+    try:
+        memory = _memory_clock(gpu, request, supported)
+        allowed = supported.get(memory, [])
+        graphics = request.get("graphics") or (max(allowed) if allowed else gpu.get("max_graphics"))
+        graphics = _graphics_clock(gpu, graphics, memory, allowed, locked)
+        _check_power(gpu, power)
+    except Refused as exc:
+        return None, str(exc)
+    method = "locked" if locked else ("app" if gpu.get("app_graphics") is not None else "none")
     return {"index": gpu["index"], "uuid": gpu.get("uuid"), "name": gpu.get("name"), "method": method,
             "graphics": graphics, "memory": memory, "lock_memory": locked_memory and method == "locked",
             "power": power}, None

@@ -114,6 +114,79 @@ def restore_acs(recorded, setpci, check_mode):
     return actions, refused
 
 
+def unit_state(unit):
+    return (systemctl("is-enabled", unit).stdout.strip() or "unknown",
+            systemctl("is-active", unit).stdout.strip() or "unknown")
+
+
+def stop_units(units, check_mode):
+    """Units gpuprep turned on that were not on before: stopped and disabled while their files exist."""
+    actions = []
+    for unit, state in sorted(units.items()):
+        enabled, active = unit_state(unit)
+        if state["active"] != "active" and active in ("active", "activating", "failed"):
+            actions.append(f"stop {unit}")
+            if not check_mode:
+                systemctl("stop", unit)
+                systemctl("reset-failed", unit)
+        if state["enabled"] != "enabled" and enabled == "enabled":
+            actions.append(f"disable {unit}")
+            if not check_mode:
+                systemctl("disable", unit)
+    return actions
+
+
+def restore_file(path, entry, role_dir, check_mode):
+    """The file back as it was (or gone, if gpuprep created it); the action taken, or None."""
+    if not entry["existed"]:
+        if not os.path.lexists(path):
+            return None
+        if not check_mode:
+            os.remove(path)
+        return f"remove {path}"
+    with open(os.path.join(role_dir, entry["copy"]), "rb") as fh:
+        original = fh.read()
+    if os.path.exists(path) and open(path, "rb").read() == original:
+        return None
+    if not check_mode:
+        write_atomic(path, original, entry["mode"])
+        os.chown(path, entry["uid"], entry["gid"])
+    return f"restore {path}"
+
+
+def start_units(units, check_mode):
+    """Units that were on before: on again."""
+    actions = []
+    for unit, state in sorted(units.items()):
+        enabled, _active = unit_state(unit)
+        if state["enabled"] == "enabled" and enabled != "enabled":
+            actions.append(f"enable {unit}")
+            if not check_mode:
+                systemctl("enable", unit)
+        if state["active"] == "active":
+            actions.append(f"restart {unit}")
+            if not check_mode:
+                systemctl("restart", unit)
+    return actions
+
+
+def restore_values(values, check_mode):
+    """Kernel values (/sys, /proc) back to their recorded words. OSError names the file it could not write."""
+    actions = []
+    for path, value in sorted(values.items()):
+        now = open(path).read().strip() if os.path.exists(path) else None
+        wanted = re.sub(r".*\[(\w+)\].*", r"\1", value)     # THP files show "always [madvise] never"
+        if now is not None and now != value:
+            actions.append(f"write {path}={wanted}")
+            if not check_mode:
+                try:
+                    with open(path, "w") as fh:
+                        fh.write(wanted)
+                except OSError as exc:
+                    raise OSError(f"cannot restore {path}: {exc}") from None
+    return actions
+
+
 def main():
     module = AnsibleModule(argument_spec={"role": {"type": "str", "required": True},
                                           "state_dir": {"type": "path", "default": "/var/lib/gpuprep"},
@@ -121,78 +194,32 @@ def main():
                                           "setpci": {"type": "str", "default": "setpci"}},
                            supports_check_mode=True)
     role_dir = os.path.join(module.params["state_dir"], module.params["role"])
+    check_mode = module.check_mode
     try:
         manifest = load(role_dir)
     except DamagedRecord as exc:
         module.fail_json(msg=damaged_message(role_dir, exc, reverting=True))
     if not any(manifest.values()):
         module.exit_json(changed=False, msg="nothing recorded for this role")
-    actions, refused = restore_gpus(manifest.get("gpus", {}), module.params["nvidia_smi"], module.check_mode)
+    actions, refused = restore_gpus(manifest.get("gpus", {}), module.params["nvidia_smi"], check_mode)
     units = manifest.get("units", {})
-
-    def current(unit):
-        return (systemctl("is-enabled", unit).stdout.strip() or "unknown",
-                systemctl("is-active", unit).stdout.strip() or "unknown")
-
-    # 1. units gpuprep turned on that were not on before: stop and disable while their files exist
-    for unit, state in sorted(units.items()):
-        enabled, active = current(unit)
-        if state["active"] != "active" and active in ("active", "activating", "failed"):
-            actions.append(f"stop {unit}")
-            if not module.check_mode:
-                systemctl("stop", unit)
-                systemctl("reset-failed", unit)
-        if state["enabled"] != "enabled" and enabled == "enabled":
-            actions.append(f"disable {unit}")
-            if not module.check_mode:
-                systemctl("disable", unit)
-    # 2. files back as they were (or gone, if gpuprep created them)
-    for path, entry in sorted(manifest.get("files", {}).items()):
-        if entry["existed"]:
-            source = os.path.join(role_dir, entry["copy"])
-            with open(source, "rb") as fh:
-                original = fh.read()
-            same = os.path.exists(path) and open(path, "rb").read() == original
-            if not same:
-                actions.append(f"restore {path}")
-                if not module.check_mode:
-                    write_atomic(path, original, entry["mode"])
-                    os.chown(path, entry["uid"], entry["gid"])
-        elif os.path.lexists(path):
-            actions.append(f"remove {path}")
-            if not module.check_mode:
-                os.remove(path)
-    if actions and not module.check_mode:
+    actions += stop_units(units, check_mode)
+    actions += [a for path, entry in sorted(manifest.get("files", {}).items())
+                for a in [restore_file(path, entry, role_dir, check_mode)] if a]
+    if actions and not check_mode:
         systemctl("daemon-reload")
-    # 3. units that were on before: on again
-    for unit, state in sorted(units.items()):
-        enabled, active = current(unit)
-        if state["enabled"] == "enabled" and enabled != "enabled":
-            actions.append(f"enable {unit}")
-            if not module.check_mode:
-                systemctl("enable", unit)
-        if state["active"] == "active":
-            actions.append(f"restart {unit}")
-            if not module.check_mode:
-                systemctl("restart", unit)
-    for path, value in sorted(manifest.get("values", {}).items()):
-        current = open(path).read().strip() if os.path.exists(path) else None
-        wanted = re.sub(r".*\[(\w+)\].*", r"\1", value)     # THP files show "always [madvise] never"
-        if current is not None and current != value:
-            actions.append(f"write {path}={wanted}")
-            if not module.check_mode:
-                try:
-                    with open(path, "w") as fh:
-                        fh.write(wanted)
-                except OSError as exc:
-                    module.fail_json(msg=f"cannot restore {path}: {exc}", actions=actions)
-    acs_actions, acs_refused = restore_acs(manifest.get("pci", {}), module.params["setpci"], module.check_mode)
+    actions += start_units(units, check_mode)
+    try:
+        actions += restore_values(manifest.get("values", {}), check_mode)
+    except OSError as exc:
+        module.fail_json(msg=str(exc), actions=actions)
+    acs_actions, acs_refused = restore_acs(manifest.get("pci", {}), module.params["setpci"], check_mode)
     actions += acs_actions
     refused += acs_refused
     if refused:
         # the record stays, so a revert after the GPU is back restores what is left
         module.fail_json(msg="; ".join(refused), actions=actions, changed=bool(actions))
-    if not module.check_mode:
+    if not check_mode:
         shutil.rmtree(role_dir, ignore_errors=True)
     module.exit_json(changed=bool(actions), actions=actions)
 
