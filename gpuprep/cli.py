@@ -423,6 +423,8 @@ def _run_playbook(call, as_json, verbosity, diff=False, **arguments) -> int:
     code: 0 when every host succeeded."""
     from .ansible.view import line_view, live_view, summary_table
     arguments.update(connection=_connection(), verbosity=verbosity)
+    if diff:
+        arguments["diff"] = True
     if verbosity:       # Ansible's own output on stderr instead of the progress view (stdout stays the report)
         result = call(on_output=lambda text: click.echo(text, err=True), **arguments)
     elif as_json:
