@@ -544,6 +544,27 @@ def _phase_progress(enabled):
     return bar()
 
 
+def _node_hook(name: str, summary: str):
+    """A command the node probe runs too (gpuprep-probe.pyz NAME ...): one parser, the probe's, so the options are
+    the same wherever it runs; `gpuprep NAME -h` shows them."""
+    @cli.command(name, help=summary + f" Options: gpuprep {name} -h.", add_help_option=False,
+                 context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+    @click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
+    def command(arguments):
+        from .probe_main import main as probe_main
+        return probe_main([name, *arguments], prog=f"gpuprep {name}")
+    return command
+
+
+_node_hook("slurm", "Slurm's HealthCheckProgram, Prolog or Epilog (slurm healthcheck|prolog|epilog): drain this node "
+                    "with gpuprep's reason when it fails, resume a node gpuprep drained once it is healthy (and, "
+                    "if asked, has passed a burn-in); another drain is never touched.")
+_node_hook("npd", "node-problem-detector custom plugin: exit 0 healthy, 1 a problem, 2 unknown, with one line "
+                  "of at most 80 characters that starts with the check id and subject.")
+_node_hook("nagios", "Nagios/Icinga plugin: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, one status line with "
+                     "performance data.")
+
+
 @cli.command()
 @click.option("-o", "--output", required=True, metavar="FILE.pyz", help="Where to write the zipapp.")
 def zipapp(output):

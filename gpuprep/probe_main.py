@@ -1,6 +1,7 @@
 """The probe's entry point on a node (the zipapp's __main__ calls main): the standard library and what
 the zipapp bundles only, no click. `snapshot` prints the host's snapshot; `textfile` judges the host and
-writes node_exporter's textfile (temp file and rename, so the collector never reads half a file)."""
+writes node_exporter's textfile (temp file and rename, so the collector never reads half a file); `slurm`,
+`npd` and `nagios` hand the verdict to a scheduler or a monitor (`gpuprep slurm|npd|nagios` are these too)."""
 from __future__ import annotations
 
 import argparse
@@ -10,27 +11,55 @@ from typing import Optional, Sequence
 from .errors import exit_for
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuprep-probe", description="gpuprep's node probe")
+def _parser(prog: str = "gpuprep-probe") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="gpuprep's node probe")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("snapshot", help="print this host's snapshot (JSON)")
     textfile = commands.add_parser("textfile", help="judge this host, write Prometheus text for node_exporter")
     textfile.add_argument("-o", "--output", required=True, metavar="FILE.prom")
     textfile.add_argument("--profile", metavar="NAME|FILE.toml")
     textfile.add_argument("--no-docker", action="store_true")
+    slurm = commands.add_parser("slurm", help="Slurm's HealthCheckProgram, Prolog or Epilog: drain this node on a "
+                                              "failing verdict, resume it when healthy")
+    slurm.add_argument("hook", choices=["healthcheck", "prolog", "epilog"])
+    _judging(slurm)
+    slurm.add_argument("--node", help="Slurm's name for this node (default: $SLURMD_NODENAME, else the short host name)")
+    slurm.add_argument("--scontrol", default="scontrol", help="the scontrol to call")
+    slurm.add_argument("--require-burnin", metavar="REPORT.json",
+                       help="resume a node gpuprep drained only when this burn-in report (gpuprep burnin --json -o) "
+                            "passed")
+    slurm.add_argument("--burnin-within", metavar="DURATION", help="... and is at most this old (e.g. 24h)")
+    slurm.add_argument("--budget", type=float, default=45.0, metavar="SECONDS",
+                       help="give up (change nothing) when judging takes longer (default 45, below Slurm's 60 s)")
+    for name, text in (("npd", "node-problem-detector custom plugin: exit 0 healthy, 1 a problem, 2 unknown; one "
+                               "line of at most 80 characters"),
+                       ("nagios", "Nagios/Icinga plugin: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; one status line")):
+        _judging(commands.add_parser(name, help=text))
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+def _judging(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--from", dest="sources", action="append", default=[], metavar="FILE",
+                        help="judge captures or a snapshot instead of this host")
+    parser.add_argument("--profile", metavar="NAME|FILE.toml", help="its act_on says which severities count")
+    parser.add_argument("--skip", action="append", default=[], metavar="ID")
+    parser.add_argument("--only", action="append", default=[], metavar="AREA")
+
+
+def main(argv: Optional[Sequence[str]] = None, prog: str = "gpuprep-probe") -> int:
+    args = _parser(prog).parse_args(argv)
     try:
         from .probe import collect
         if args.command == "snapshot":
             sys.stdout.write(collect(docker=True).to_json() + "\n")
             return 0
+        if args.command in _MONITORS:
+            return _monitor(args)
+        if args.command == "slurm":
+            return _slurm(args)
         return _textfile(args)
     except (Exception, KeyboardInterrupt) as exc:    # noqa: BLE001 (one line, never a traceback in a timer's journal)
-        code, message, _ = exit_for(exc, {"output": "-o", "profile": "--profile"})
+        code, message, _ = exit_for(exc, _FLAGS)
         sys.stderr.write(f"gpuprep-probe: error: {message}\n")
         return code
 
@@ -55,3 +84,113 @@ def _textfile(args) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+_FLAGS = {"output": "-o", "profile": "--profile", "skip": "--skip", "only": "--only", "age": "--burnin-within"}
+
+
+def _judged(args):
+    """(the check's result, the findings the profile says to act on) for this host or the captures given."""
+    from . import adapters, api
+    profile = api.profile(args.profile)
+    result = api.check(args.sources, profile_name=args.profile, docker=False, skip=args.skip, only=args.only,
+                       allow_mixed=True)
+    return result, adapters.problems(result.findings, profile)
+
+
+def _npd(args):
+    from . import adapters
+    return adapters.npd(_judged(args)[1])
+
+
+def _nagios(args):
+    from . import adapters
+    result, found = _judged(args)
+    return adapters.nagios(result.findings, found)
+
+
+# command -> (judge and word it, exit code and line for what could not be judged): a monitor reads the line on
+# standard output, and an error is "unknown" in its own convention, never healthy
+_MONITORS = {
+    "npd": (_npd, lambda message: (2, ("gpuprep unknown: " + message)[:80])),
+    "nagios": (_nagios, lambda message: _adapters().nagios_unknown(message)),
+}
+
+
+def _adapters():
+    from . import adapters
+    return adapters
+
+
+def _monitor(args) -> int:
+    judge, unknown = _MONITORS[args.command]
+    try:
+        code, line = judge(args)
+    except Exception as exc:     # noqa: BLE001 (bad input, a failed probe: unknown, in the monitor's words)
+        code, line = unknown(exit_for(exc, _FLAGS)[1])
+    sys.stdout.write(line + "\n")
+    return code
+
+
+def _slurm(args) -> int:
+    """Judge within the budget, then drain, resume or leave the node; prolog: exit 1 on a failing verdict (Slurm
+    requeues the job); epilog: only Xid lines new since the job started count, and it exits 0 once it drained."""
+    import os
+    import time
+
+    from . import slurm
+    within = slurm.parse_age(args.burnin_within) if args.burnin_within else None
+    name = slurm.node_name(args.node)
+    job = os.environ.get("SLURM_JOB_ID", "")
+    with _budget(args.budget):
+        facts = _hook_facts(args, job)
+        from . import adapters, api
+        profile = api.profile(args.profile)
+        result = api.check(facts=facts, profile_name=args.profile, skip=args.skip, only=args.only)
+        found = adapters.problems(result.findings, profile)
+    blocked = slurm.burnin_gate(args.require_burnin, within, time.time())
+    outcome = slurm.act(name, found, slurm.Scontrol(args.scontrol), blocked)
+    sys.stderr.write(f"gpuprep slurm {args.hook}: node {name}: {outcome.action.kind} ({outcome.action.why})\n")
+    return 1 if found and args.hook in ("healthcheck", "prolog") else 0
+
+
+def _hook_facts(args, job: str):
+    """The node's facts; the prolog notes how many Xid lines the kernel log holds, the epilog keeps only the lines
+    that came after (a rotated log: all of them)."""
+    from . import api, slurm
+    facts = api.snapshot(args.sources, docker=False, allow_mixed=True)
+    if args.hook == "prolog" and job:
+        slurm.record_baseline(job, len(facts.xids) if facts.xids is not None else None)
+    if args.hook == "epilog" and job:
+        before = slurm.read_baseline(job)
+        if before is not None and facts.xids is not None and len(facts.xids) >= before:
+            facts.xids = facts.xids[before:]
+    return facts
+
+
+class _Budget(Exception):
+    pass
+
+
+def _budget(seconds: float):
+    """Stop judging after `seconds` (SIGALRM): a GpuprepError that changes nothing on the node."""
+    import contextlib
+    import signal
+
+    from .errors import GpuprepError
+
+    @contextlib.contextmanager
+    def limited():
+        def expired(signum, frame):
+            raise _Budget()
+        previous = signal.signal(signal.SIGALRM, expired)
+        signal.setitimer(signal.ITIMER_REAL, max(0.1, seconds))
+        try:
+            yield
+        except _Budget:
+            raise GpuprepError(f"judging took longer than the budget of {seconds:g} s: the node was left as "
+                               "it was") from None
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    return limited()

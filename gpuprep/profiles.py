@@ -7,7 +7,9 @@ from .errors import BadInput
 from .knowledge import data_text, profiles_text
 
 KNOWN_KEYS = {"description", "min_gpus", "min_memory_gib", "min_cpu_cores", "min_cores_per_gpu",
-              "min_memory_per_gpu_ratio", "require_nvlink", "require_rdma", "min_rdma_gbps", "require_ecc"}
+              "min_memory_per_gpu_ratio", "require_nvlink", "require_rdma", "min_rdma_gbps", "require_ecc",
+              "act_on"}
+ACT_ON = ("fail", "warn", "info")     # severities a scheduler adapter may act on (a drain, a condition, a page)
 
 
 def _toml(text: str, origin: str) -> Dict[str, Any]:
@@ -64,6 +66,9 @@ def load(name_or_path: str) -> Dict[str, Any]:
 
 
 def _value_problem(key: str, value: Any) -> str:
+    if key == "act_on":
+        good = isinstance(value, list) and value and all(v in ACT_ON for v in value)
+        return "" if good else f"expected a list of severities from {', '.join(ACT_ON)}"
     if key == "description":
         return "" if isinstance(value, str) else "expected text"
     if key.startswith("require_"):

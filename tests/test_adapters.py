@@ -1,0 +1,127 @@
+"""One verdict, many consumers: the Slurm drain decision, node-problem-detector's and Nagios' conventions, judged on
+real captures and on `scontrol show node` as Debian's Slurm 22.05 prints it (tests/data/slurm)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import corpus, run_cli
+from gpuprep import adapters, api
+from gpuprep.rules import Finding
+from gpuprep.slurm import Action, NodeState, burnin_gate, decide, parse_node
+
+SLURM = Path(__file__).parent / "data" / "slurm"
+HEALTHY = "a10.nvidia-smi-q.txt"                       # passes with the default profile
+FAILING = "a100-sxm4-x4.nvidia-smi-q.txt"              # gpu.row-remap fails (a remap is pending)
+WARN_ONLY = "v100-sxm2-x8-vm.nvidia-smi-q.txt"           # warnings only
+
+
+def _found(name, profile=None):
+    result = api.check([corpus(name)])
+    return result, adapters.problems(result.findings, profile or {})
+
+
+def test_the_captures_are_what_the_cases_say():
+    assert _found(HEALTHY)[0].verdict in ("pass", "info", "warn") and not _found(HEALTHY)[1]
+    assert _found(FAILING)[0].verdict == "fail"
+
+
+@pytest.mark.parametrize("capture, state", [
+    ("scontrol-show-node-idle.txt", (["IDLE"], "")),
+    ("scontrol-show-node-admin-drain.txt", (["IDLE", "DRAIN"], "bad dimm, ticket 4711")),
+    ("scontrol-show-node-gpuprep-drain.txt", (["IDLE", "DRAIN", "NOT_RESPONDING"], "gpuprep: gpu.xid GPU3 (+2 more)")),
+])
+def test_scontrol_show_node_is_read_as_slurm_prints_it(capture, state):
+    node = parse_node((SLURM / capture).read_text(), "node1")
+    assert (node.flags, node.reason) == state
+
+
+def _node(capture):
+    return parse_node((SLURM / capture).read_text(), "node1")
+
+
+def test_a_failing_node_is_drained_with_the_check_id_in_the_first_20_characters():
+    _, found = _found(FAILING)
+    action = decide(_node("scontrol-show-node-idle.txt"), found)
+    assert action.kind == "drain" and action.reason.startswith("gpuprep: gpu.row-remap")
+    assert action.reason[:20] == "gpuprep: gpu.row-rem"
+
+
+def test_an_admins_drain_is_never_cleared_nor_overwritten():
+    admin = _node("scontrol-show-node-admin-drain.txt")
+    assert decide(admin, _found(FAILING)[1]).kind == "keep"
+    assert decide(admin, []).kind == "keep"
+
+
+def test_gpupreps_own_drain_is_resumed_when_healthy_and_only_then():
+    ours = _node("scontrol-show-node-gpuprep-drain.txt")
+    assert decide(ours, []) == Action("resume", "healthy again")
+    assert decide(ours, [], "the burn-in did not pass").kind == "keep"
+    still = decide(ours, _found(FAILING)[1])
+    assert still.kind == "drain" and "gpu.row-remap" in still.reason      # the reason follows the current problem
+
+
+def test_a_down_node_is_not_resumed_by_gpuprep():
+    down = NodeState("node1", ["DOWN"], "Not responding")
+    assert decide(down, []).kind == "keep"
+
+
+def test_warnings_do_not_drain_unless_the_profile_acts_on_them(tmp_path):
+    result = api.check([corpus(WARN_ONLY)])
+    assert result.verdict == "warn" and not adapters.problems(result.findings, {})
+    assert adapters.problems(result.findings, {"act_on": ["fail", "warn"]})
+
+
+def test_node_supplied_words_reach_a_reason_as_printable_ascii():
+    hostile = Finding("gpu.xid", "fail", "GPU0\n[root@now] Reason=ok\x1b[2J", "x")
+    reason = adapters.slurm_reason([hostile])
+    assert "\n" not in reason and "\x1b" not in reason and reason.startswith("gpuprep: gpu.xid GPU0")
+
+
+def test_burnin_gate_wants_a_passing_recent_report(tmp_path):
+    import datetime as dt
+    report = tmp_path / "burnin.json"
+    now = dt.datetime(2026, 11, 25, 12, tzinfo=dt.timezone.utc)
+    assert "no readable" in burnin_gate(str(report), 3600, now.timestamp())
+    for verdict, age_h, blocked in (("pass", 1, False), ("pass", 30, True), ("fail", 1, True)):
+        stamp = (now - dt.timedelta(hours=age_h)).isoformat()
+        report.write_text(json.dumps({"schema": "gpuprep.burnin/1", "verdict": verdict, "generated_at": stamp}))
+        assert (burnin_gate(str(report), 24 * 3600, now.timestamp()) is not None) == blocked, (verdict, age_h)
+    report.write_text(json.dumps({"schema": "gpuprep.check/1", "verdict": "pass"}))
+    assert "not a gpuprep burn-in report" in burnin_gate(str(report), None, now.timestamp())
+
+
+@pytest.mark.parametrize("capture, code, starts", [
+    (HEALTHY, 0, "gpuprep: healthy"),
+    (FAILING, 1, "gpu.row-remap GPU1"),
+])
+def test_npd_plugin_mode(capture, code, starts):
+    done = run_cli("npd", "--from", corpus(capture))
+    assert done.returncode == code, done.stdout + done.stderr
+    (line,) = done.stdout.splitlines()
+    assert line.startswith(starts) and len(line) <= 80
+
+
+@pytest.mark.parametrize("capture, code, starts", [
+    (HEALTHY, 0, "GPUPREP OK"), (WARN_ONLY, 0, "GPUPREP OK"), (FAILING, 2, "GPUPREP CRITICAL - gpu.row-remap"),
+])
+def test_nagios_plugin_mode(capture, code, starts):
+    done = run_cli("nagios", "--from", corpus(capture))
+    assert done.returncode == code and done.stdout.startswith(starts), done.stdout
+    assert "| fail=" in done.stdout
+
+
+def test_nagios_warning_when_the_profile_acts_on_warnings(tmp_path):
+    profile = tmp_path / "page.toml"
+    profile.write_text('act_on = ["fail", "warn"]\nmin_gpus = 1\n')
+    done = run_cli("nagios", "--from", corpus(WARN_ONLY), "--profile", str(profile))
+    assert done.returncode == 1 and done.stdout.startswith("GPUPREP WARNING - "), done.stdout
+
+
+@pytest.mark.parametrize("command, code, prefix", [("npd", 2, "gpuprep unknown: "), ("nagios", 3, "GPUPREP UNKNOWN - ")])
+def test_what_cannot_be_judged_is_unknown_never_healthy(tmp_path, command, code, prefix):
+    bad = tmp_path / "snapshot.json"
+    bad.write_text('{"schema": "gpuprep.snapshot/1", "gpus": [{"index": "zero"}]}')
+    done = run_cli(command, "--from", str(bad))
+    assert done.returncode == code and done.stdout.startswith(prefix) and "Traceback" not in done.stderr
+    assert "gpus[0].index" in done.stdout
