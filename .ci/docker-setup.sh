@@ -24,4 +24,11 @@ if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
   tar -C "$rootfs" -c . | docker import -c 'CMD ["/lib/systemd/systemd"]' - "$IMAGE" >/dev/null
   rm -rf "$rootfs"
 fi
-echo "docker ready; base image $IMAGE"
+# Debian's Slurm 22.05 (slurmctld, slurmd, munge) on the base image, for tests/test_slurm.py. Built with the host's
+# network: only Debian's mirror is reached, by apt; the containers made from it run with --network none.
+SLURM_IMAGE="${GPUPREP_SLURM_IMAGE:-gpuprep-slurm:v1}"
+if ! docker image inspect "$SLURM_IMAGE" >/dev/null 2>&1; then
+  printf 'FROM %s\nRUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null && rm -rf /var/lib/apt/lists/*\n' "$IMAGE" \
+    | docker build --network host -q -t "$SLURM_IMAGE" - >/dev/null
+fi
+echo "docker ready; base image $IMAGE; Slurm image $SLURM_IMAGE"

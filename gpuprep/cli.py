@@ -497,8 +497,9 @@ def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verb
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True)
 @click.option("-i", "--inventory", help="Run on every host of this Ansible inventory; the first host is the rendezvous.")
 @click.option("--master", metavar="HOST:PORT", help="Rendezvous of a multi-node run (default with -i: first host, port 29517).")
-@click.option("--nnodes", type=click.IntRange(1, 4096), default=1, show_default=True, help="Nodes in this run (one launch per node).")
-@click.option("--node-rank", type=click.IntRange(0, 4095), default=0, show_default=True)
+@click.option("--nnodes", type=click.IntRange(1, 4096), help="Nodes in this run (one launch per node; default 1, or "
+                                                            "inside a Slurm allocation its node count).")
+@click.option("--node-rank", type=click.IntRange(0, 4095), help="This node's rank (default 0, or Slurm's SLURM_NODEID).")
 @click.option("--rdzv-timeout", type=click.FloatRange(5, 3600), default=60, show_default=True, help="Seconds to wait for every node.")
 @_format_options
 @_connection_options
@@ -515,6 +516,7 @@ def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_
     if nproc != "auto" and not (nproc.isdigit() and int(nproc) >= 1):
         from .errors import BadInput
         raise BadInput(f"--nproc {nproc!r} is not a positive number or 'auto'")
+    nnodes, node_rank, master = _allocation(nnodes, node_rank, master, inventory)
 
     def started(backend_chosen, per_node):
         if not quiet:
@@ -528,6 +530,17 @@ def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_
     document = result.document()
     _emit(document, fmt, output)
     return _verdict_exit(document)
+
+
+def _allocation(nnodes, node_rank, master, inventory):
+    """--nnodes, --node-rank and --master as given; inside a Slurm allocation of several nodes (srun, one task per
+    node) what is not given comes from Slurm: its node count, this node's id, and its first node at port 29517."""
+    if nnodes is None and node_rank is None and not inventory:
+        from .slurm import allocation
+        found = allocation(os.environ)
+        if found:
+            return found[0], found[1], master or f"{found[2]}:29517"
+    return nnodes or 1, node_rank or 0, master
 
 
 def _phase_progress(enabled):

@@ -205,3 +205,24 @@ def read_baseline(job_id: str, directory: str = BASELINE_DIR) -> Optional[int]:
         return None
     count = data.get("xids") if isinstance(data, dict) else None
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+
+
+def allocation(environ) -> Optional[tuple]:
+    """(nodes, this node's rank, the first node's name) inside a Slurm allocation of several nodes (srun or sbatch:
+    SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST expanded by `scontrol show hostnames`); None outside one or on
+    a single node."""
+    if not environ.get("SLURM_JOB_ID") or not environ.get("SLURM_NNODES"):
+        return None
+    try:
+        nodes, rank = int(environ["SLURM_NNODES"]), int(environ.get("SLURM_NODEID", "0"))
+    except ValueError:
+        raise BadInput(f"SLURM_NNODES={environ['SLURM_NNODES'][:20]!r} / SLURM_NODEID: not numbers") from None
+    if nodes < 2:
+        return None
+    done = subprocess.run(["scontrol", "show", "hostnames", environ.get("SLURM_JOB_NODELIST", "")],
+                          capture_output=True, text=True, timeout=SCONTROL_TIMEOUT)
+    hosts = done.stdout.split()
+    if done.returncode != 0 or len(hosts) != nodes or not 0 <= rank < nodes:
+        raise BadInput(f"SLURM_JOB_NODELIST={environ.get('SLURM_JOB_NODELIST', '')[:60]!r} does not name "
+                       f"{nodes} nodes (scontrol show hostnames: {(done.stderr or done.stdout).strip()[:80]})")
+    return nodes, rank, hosts[0]

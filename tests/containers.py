@@ -33,6 +33,30 @@ def start_nodes(names: List[str]) -> None:
                "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", IMAGE, "/lib/systemd/systemd")
 
 
+SLURM_IMAGE = os.environ.get("GPUPREP_SLURM_IMAGE", "gpuprep-slurm:v1")
+
+
+def slurm_ready() -> bool:
+    try:
+        return docker("image", "inspect", SLURM_IMAGE, check=False).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def start_slurm_node(name: str, mounts: List[str] = ()) -> None:
+    """A systemd container from the Slurm image with no network: slurmctld and slurmd talk over the loopback
+    device. The node's name resolves to 127.0.1.1 (Debian's own convention for the host name), added to lo so that
+    the resolver, which ignores 127.0.0.1 alone, answers for it (NET_ADMIN for that, inside the container only)."""
+    docker("rm", "-f", name, check=False)
+    volumes = [arg for mount in mounts for arg in ("-v", mount)]
+    docker("run", "-d", "--name", name, "--hostname", name, "--network", "none", "--cap-add", "SYS_ADMIN",
+           "--cap-add", "NET_ADMIN", "--cgroupns=host", "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
+           "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", *volumes, SLURM_IMAGE, "/lib/systemd/systemd")
+    script = (f"ip addr add 127.0.1.1/32 dev lo && printf '127.0.1.1 {name}\\n' >> /etc/hosts && "
+              "mkdir -p /var/lib/slurm/slurmd /var/lib/slurm/slurmctld && chown slurm: /var/lib/slurm/slurmctld")
+    node_exec(name, "sh", "-c", script, check=True)
+
+
 def remove_nodes(names: List[str]) -> None:
     for name in names:
         docker("rm", "-f", name, check=False)
