@@ -69,8 +69,11 @@ def write(path, text, mode="0644"):
 @pytest.fixture(scope="module")
 def slurm():
     from gpuprep.zipapp import probe_zipapp
-    venv = sys.prefix
-    start_slurm_node(NODE, mounts=[f"{REPO}:{REPO}:ro", f"{venv}:{venv}:ro"])
+    # this checkout and its venv (torch included) at the same paths, for the burn-in under srun; the venv's
+    # interpreter too, unless it is the system's (/usr: the container's own Debian python3 is the same one)
+    mounts = [f"{path}:{path}:ro" for path in (str(REPO), sys.prefix) + (
+        (sys.base_prefix,) if sys.base_prefix not in ("/usr", "/usr/local", "/") else ())]
+    start_slurm_node(NODE, mounts=mounts)
     sh(f"mkdir -p {os.path.dirname(PYZ)} /etc/gpuprep /var/lib/gpuprep")
     docker("cp", probe_zipapp(), f"{NODE}:{PYZ}", check=True)
     facts(HEALTHY)
@@ -190,6 +193,7 @@ def test_a_burnin_under_srun_with_two_gloo_ranks(slurm):
     gpuprep = os.path.join(sys.prefix, "bin", "gpuprep")
     done = sh(f"srun -N1 -n1 --time=5 {gpuprep} burnin --duration 10s --backend gloo --nproc 2 --json "
               f"-o /tmp/burnin.json; echo rc=$?", check=False)
+    assert "rc=0" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(sh("cat /tmp/burnin.json").stdout)
     assert report["schema"] == "gpuprep.burnin/1" and len(report["ranks"]) == 2, done.stdout + done.stderr
     assert report["verdict"] in ("pass", "warn"), report["findings"]
