@@ -122,6 +122,9 @@ class ApplyResult:
         return apply_document(self.playbook, self.check, self.succeeded, self.outcome)
 
 
+PROBE_ROLES = ("gpuprep_agent", "slurm_health")    # each takes ROLE_pyz, the probe zipapp, which apply passes
+
+
 def _playbook(playbook: str, inventory: Optional[str], *, local: bool, limit: Optional[str], forks: Optional[int],
               variables: Optional[Dict[str, Any]], internal: Dict[str, Any], tags: Sequence[str],
               skip_tags: Sequence[str], check: bool, diff: bool, mitogen: bool, verbosity: int,
@@ -145,9 +148,10 @@ def apply(inventory: Optional[str] = None, *, local: bool = False, limit: Option
     are role variables (secret: redacted from every record); `check`/`diff` change nothing and show what would
     change; `full` runs every task even in roles whose host still holds their last full run's result."""
     internal: Dict[str, Any] = {"gpuprep_fast_rerun": False} if full else {}
-    if "gpuprep_agent" in tags and "gpuprep_agent_pyz" not in (variables or {}):
-        from .zipapp import probe_zipapp    # the agent role installs this very gpuprep's probe
-        internal["gpuprep_agent_pyz"] = probe_zipapp()
+    for role in PROBE_ROLES:     # roles that install this very gpuprep's probe on the node
+        if role in tags and f"{role}_pyz" not in (variables or {}):
+            from .zipapp import probe_zipapp
+            internal[f"{role}_pyz"] = probe_zipapp()
     return _playbook("apply.yml", inventory, local=local, limit=limit, forks=forks, variables=variables,
                      internal=internal, tags=tags, skip_tags=skip_tags, check=check, diff=diff, mitogen=mitogen,
                      verbosity=verbosity, timeout=timeout, connection=connection, on_update=on_update,

@@ -207,3 +207,43 @@ def test_slurms_allocation_names_the_nodes_and_this_nodes_rank(slurm):
               "'SLURM_JOB_NODELIST': 'gpu[07-08],dgx1'})))")
     done = sh(f"PYTHONPATH={PYZ} python3 -c \"{script}\"")
     assert json.loads(done.stdout) == [3, 2, "gpu07"]
+
+
+BASE_CONF = "\n".join(line for line in SLURM_CONF.splitlines()
+                      if not line.startswith(("HealthCheck", "Prolog"))) + "\n"
+
+
+def test_the_slurm_health_role_converges_is_idempotent_and_reverts(slurm, tmp_path):
+    from conftest import run_cli
+    from containers import write_inventory
+    write("/etc/slurm/slurm.conf", BASE_CONF)
+    sh("scontrol reconfigure")
+    facts(HEALTHY)
+    inventory = write_inventory(tmp_path / "slurm.yml", [NODE])
+    settings = ["-e", json.dumps({"slurm_health_interval": INTERVAL, "slurm_health_sources": [FACTS],
+                                  "slurm_health_prolog": True})]
+
+    def apply(*args, playbook="apply"):
+        done = run_cli(playbook, "-i", str(inventory), "--tags", "slurm_health", *args, "--json", timeout=600)
+        assert done.stdout.strip().startswith("{"), done.stdout[-2000:] + done.stderr[-2000:]
+        return done.returncode, json.loads(done.stdout)["hosts"][NODE]
+
+    code, host = apply(*settings, "--check", "--diff")
+    assert code == 0 and host["changed"] > 0, host["failed_tasks"]
+    assert sh("cat /etc/slurm/slurm.conf").stdout == BASE_CONF        # --check changed nothing
+    code, host = apply(*settings)
+    assert code == 0 and host["changed"] > 0, host
+    assert sh("cat /etc/slurm/slurm.conf").stdout.endswith("Include /etc/slurm/gpuprep.conf\n")
+    config = sh("scontrol show config").stdout
+    assert "/usr/local/sbin/gpuprep-slurm-healthcheck" in config and "/usr/local/sbin/gpuprep-slurm-prolog" in config
+    code, host = apply(*settings)
+    assert code == 0 and host["changed"] == 0, host["changed_tasks"]                # idempotent
+    facts(FAILING)
+    wait_for(drained_by_gpuprep, "the role's health check to drain the node")
+    facts(HEALTHY)
+    wait_for(healthy_and_open, "the role's health check to resume the node")
+    code, host = apply(playbook="revert")
+    assert code == 0, host
+    assert sh("cat /etc/slurm/slurm.conf").stdout == BASE_CONF
+    assert sh("ls /etc/slurm/gpuprep.conf /usr/local/sbin/gpuprep-slurm-healthcheck", check=False).returncode != 0
+    assert "gpuprep-slurm" not in sh("scontrol show config").stdout         # HealthCheckProgram, Prolog unset
