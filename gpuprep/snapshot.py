@@ -167,12 +167,23 @@ class Nic:
 
 @dataclass
 class RdmaDevice:
+    """One port of an RDMA device (InfiniBand or RoCE), as /sys, ibstat, ibv_devinfo or ibdev2netdev show it."""
     name: str
     link_layer: Optional[str] = None   # InfiniBand | Ethernet
-    state: Optional[str] = None        # e.g. "4: ACTIVE"
+    state: Optional[str] = None        # e.g. "4: ACTIVE" (/sys), "Active" (ibstat), "PORT_ACTIVE (4)" (ibv_devinfo)
     rate_gbps: Optional[float] = None
     numa_node: Optional[int] = None
     netdev: Optional[str] = None
+    port: Optional[int] = None
+    phys_state: Optional[str] = None   # e.g. "5: LinkUp", "Polling", "LINK_UP (5)"
+    model: Optional[str] = None        # the HCA's part: "MT4129" (ConnectX-7)
+    firmware: Optional[str] = None     # fw_ver, e.g. "28.39.1002"
+    netdev_up: Optional[bool] = None   # ibdev2netdev's (Up)/(Down)
+    gid: Optional[str] = None          # GID index 0: a RoCE port without one cannot be used
+    pcie_speed: Optional[str] = None   # the device's PCIe link now and at most, as /sys words it ("16.0 GT/s PCIe")
+    pcie_speed_max: Optional[str] = None
+    pcie_width: Optional[int] = None
+    pcie_width_max: Optional[int] = None
 
 
 @dataclass

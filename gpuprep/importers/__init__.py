@@ -7,7 +7,7 @@ from typing import Callable, Iterable, List, Optional, Tuple
 
 from ..errors import BadInput
 from ..snapshot import Snapshot, merge
-from . import hostinfo, kernel_log, lspci, nvsmi_query, nvsmi_table, sshd, topo
+from . import hostinfo, kernel_log, lspci, nvsmi_query, nvsmi_table, rdma, sshd, topo
 
 Importer = Callable[[str, str], Snapshot]
 
@@ -31,6 +31,10 @@ KINDS: List[Tuple[str, Callable[[str], bool], Importer]] = [
     ("kernel log", kernel_log.looks_like_kernel_log, kernel_log.import_kernel_log),
     ("sshd -T", sshd.looks_like_sshd_t, sshd.import_sshd_t),
     ("lspci -vvv", lspci.looks_like_lspci_vvv, lspci.import_lspci),
+    ("ibstat", rdma.looks_like_ibstat, rdma.import_ibstat),
+    ("ibstatus", rdma.looks_like_ibstatus, rdma.import_ibstatus),
+    ("ibv_devinfo", rdma.looks_like_ibv_devinfo, rdma.import_ibv_devinfo),
+    ("ibdev2netdev", rdma.looks_like_ibdev2netdev, rdma.import_ibdev2netdev),
     ("nvidia-smi -q excerpt", nvsmi_query.looks_like_excerpt, nvsmi_query.import_text),
 ]
 
@@ -58,7 +62,8 @@ def import_text(text: str, origin: str) -> Snapshot:
                 raise BadInput(f"{origin}: impossible value in {kind}: {problem}")
             return snap
     raise BadInput(f"{origin}: unrecognised file (expected nvidia-smi, nvidia-smi -q [-x], "
-                   f"topo -m, nvlink --status, numactl -H, lscpu, a kernel log or a gpuprep snapshot)")
+                   f"topo -m, nvlink --status, numactl -H, lscpu, a kernel log, ibstat, ibv_devinfo, ibdev2netdev "
+                   f"or a gpuprep snapshot)")
 
 
 MAX_CAPTURE_BYTES = 64 << 20     # far above any real capture (an 8-GPU `-q -x` is ~1 MiB); bounds a wrong file

@@ -136,22 +136,38 @@ def probe_interfaces(root: Root) -> Dict[str, str]:
 
 
 def probe_rdma(root: Root) -> List[RdmaDevice]:
+    """Every port of every RDMA device in /sys/class/infiniband: state, physical state, rate, link layer and GID 0
+    of the port; the device's part (hca_type), firmware, PCIe link (now and at most), NUMA node and netdev."""
     devices = []
     for name in root.listdir("/sys/class/infiniband"):
         base = f"/sys/class/infiniband/{name}"
-        port = root.listdir(f"{base}/ports")[:1]
-        layer = state = rate = None
-        if port:
-            layer = root.first_line(f"{base}/ports/{port[0]}/link_layer")
-            state = root.first_line(f"{base}/ports/{port[0]}/state")
-            rate_text = root.first_line(f"{base}/ports/{port[0]}/rate") or ""
-            match = re.match(r"([\d.]+)", rate_text)
-            rate = float(match.group(1)) if match else None
-        netdevs = root.listdir(f"{base}/device/net")
-        devices.append(RdmaDevice(name=name, link_layer=layer, state=state, rate_gbps=rate,
-                                  numa_node=_numa(root.first_line(f"{base}/device/numa_node")),
-                                  netdev=netdevs[0] if netdevs else None))
+        device = _rdma_device_facts(root, base)
+        for port in root.listdir(f"{base}/ports") or []:
+            if not port.isdigit():
+                continue
+            where = f"{base}/ports/{port}"
+            devices.append(RdmaDevice(name=name, port=int(port), link_layer=root.first_line(f"{where}/link_layer"),
+                                      state=root.first_line(f"{where}/state"),
+                                      phys_state=root.first_line(f"{where}/phys_state"),
+                                      rate_gbps=_leading_number(root.first_line(f"{where}/rate")),
+                                      gid=root.first_line(f"{where}/gids/0"), **device))
     return devices
+
+
+def _rdma_device_facts(root: Root, base: str) -> dict:
+    netdevs = root.listdir(f"{base}/device/net")
+    return {"numa_node": _numa(root.first_line(f"{base}/device/numa_node")),
+            "netdev": netdevs[0] if netdevs else None,
+            "model": root.first_line(f"{base}/hca_type") or None, "firmware": root.first_line(f"{base}/fw_ver") or None,
+            "pcie_speed": root.first_line(f"{base}/device/current_link_speed"),
+            "pcie_speed_max": root.first_line(f"{base}/device/max_link_speed"),
+            "pcie_width": _int(root.first_line(f"{base}/device/current_link_width")),
+            "pcie_width_max": _int(root.first_line(f"{base}/device/max_link_width"))}
+
+
+def _leading_number(text: Optional[str]) -> Optional[float]:
+    match = re.match(r"([\d.]+)", text or "")
+    return float(match.group(1)) if match else None
 
 
 def _numa(text: Optional[str]) -> Optional[int]:

@@ -87,7 +87,7 @@ def gpu_ref(gpu: Gpu) -> str:
 
 
 def _load_areas() -> None:
-    from . import compat, container, driver, env, gpu, numa, system, topology  # noqa: F401  (registration)
+    from . import compat, container, driver, env, gpu, net, numa, system, topology  # noqa: F401  (registration)
 
 
 def evaluate(snapshot: Snapshot, context: Optional[Context] = None, skip: Sequence[str] = (),

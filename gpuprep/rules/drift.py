@@ -112,6 +112,17 @@ def _tuned(snap: Snapshot) -> Optional[str]:
     return " ".join(known) or None
 
 
+def _rdma_values(snap: Snapshot, attribute: Callable) -> Optional[str]:
+    """One RDMA port fact across the host's ports, counted: 'MT4129 x8, MT4125 x2'; None when no port says."""
+    from collections import Counter
+    values = Counter(str(attribute(p)) for p in snap.rdma_devices or [] if attribute(p) is not None)
+    return ", ".join(f"{v} x{n}" for v, n in sorted(values.items())) or None
+
+
+def _rate_text(port) -> Optional[str]:
+    return None if port.rate_gbps is None else f"{port.rate_gbps:g} Gb/s {port.link_layer or ''}".strip()
+
+
 def _memory_gib(snap: Snapshot) -> Optional[float]:
     mib = snap.system.memory_total_mib
     return mib / 1024 if mib else None
@@ -160,6 +171,10 @@ FACTS: List[Fact] = [Fact(*row) for row in [
     ("drift.docker-runtimes", "warn", "Docker runtimes", _runtimes),
     ("drift.omp-env", "warn", "OMP_* environment", lambda s: _prefixed_env(s, ("OMP_",))),
     ("drift.system-tuning", "warn", "tuned settings", _tuned),
+    # the NICs a job's all-reduce crosses: a part, firmware or rate unlike the fleet's makes this the slowest rank
+    ("drift.nic-model", "warn", "RDMA NIC parts", lambda s: _rdma_values(s, lambda p: p.model)),
+    ("drift.nic-firmware", "warn", "RDMA NIC firmware", lambda s: _rdma_values(s, lambda p: p.firmware)),
+    ("drift.nic-rate", "warn", "RDMA port rates", lambda s: _rdma_values(s, _rate_text)),
 ]]
 DRIFT_IDS = frozenset(f.id for f in FACTS)
 # A host of the fleet that could not be checked (unreachable, or its probe failed). Not a check: it cannot

@@ -1,0 +1,190 @@
+"""net.*: the RDMA ports a multi-node job runs on (InfiniBand and RoCE): up and active, at the rate their siblings
+run, on a full PCIe link, named rightly in NCCL_IB_HCA, with a GID on RoCE. Facts per port from /sys or from
+ibstat / ibstatus / ibv_devinfo / ibdev2netdev captures, each tool with its own words for the same state."""
+from __future__ import annotations
+
+import re
+from typing import Dict, Optional
+
+from . import Finding, host, rule
+
+def _word(text: Optional[str]) -> str:
+    """'4: ACTIVE', 'Active', 'PORT_ACTIVE (4)' -> 'ACTIVE'; '5: LinkUp', 'LINK_UP (5)' -> 'LINKUP'."""
+    text = re.sub(r"\(\d+\)|^\s*\d+\s*:", "", text or "").upper().replace("PORT_", "")
+    return re.sub(r"[^A-Z]", "", text)
+
+
+def port_active(port) -> Optional[bool]:
+    """True/False from the port state, else from ibdev2netdev's (Up)/(Down); None when nothing says."""
+    if port.state:
+        return _word(port.state) == "ACTIVE"
+    return port.netdev_up
+
+
+def link_up(port) -> Optional[bool]:
+    return None if not port.phys_state else _word(port.phys_state) == "LINKUP"
+
+
+def subject(port) -> str:
+    return f"{port.name} port {port.port or 1}" + (f" ({port.netdev})" if port.netdev else "")
+
+
+class HcaList:
+    """NCCL_IB_HCA as NCCL reads it: comma-separated `name[:port]` entries, each a prefix of device names
+    ('mlx5' selects mlx5_0..mlx5_11) unless the list starts with '=' (exact names)."""
+
+    def __init__(self, value: str):
+        self.exact = value.startswith("=")
+        self.entries = [item.split(":")[0].strip() for item in value.lstrip("=").split(",") if item.strip()]
+
+    def selects(self, name: str) -> bool:
+        return any(name == e if self.exact else name.startswith(e) for e in self.entries)
+
+    def unmatched(self, names) -> list:
+        return [e for e in self.entries if not any(n == e if self.exact else n.startswith(e) for n in names)]
+
+
+def nccl_hcas(snap) -> Optional[HcaList]:
+    """The devices NCCL_IB_HCA selects; None when it is unset or an exclusion list (^)."""
+    value = (snap.env or {}).get("NCCL_IB_HCA")
+    if not value or value.startswith("^"):
+        return None
+    return HcaList(value)
+
+
+def _nccl_would_use(port, wanted: Optional[HcaList]) -> bool:
+    """NCCL_IB_HCA's devices when it names them; otherwise every InfiniBand port (RoCE/Ethernet ports are as often
+    storage or management as compute, so they only warn)."""
+    if wanted is not None:
+        return wanted.selects(port.name)
+    return (port.link_layer or "").lower() == "infiniband"
+
+
+@rule("net.ib-port-down")
+def ports_down(snap, ctx):
+    ports = snap.rdma_devices or []
+    wanted = nccl_hcas(snap)
+    findings = []
+    for port in ports:
+        active, up = port_active(port), link_up(port)
+        if active is not False and up is not False:
+            continue
+        severity = "fail" if _nccl_would_use(port, wanted) else "warn"
+        state = ", ".join(v for v in (port.state, port.phys_state) if v) or ("netdev down" if port.netdev_up is False
+                                                                              else "down")
+        findings.append(Finding("net.ib-port-down", severity, subject(port), f"RDMA port not active: {state}",
+                                {"state": port.state, "phys_state": port.phys_state, "link_layer": port.link_layer,
+                                 "rate_gbps": port.rate_gbps, "nccl_ib_hca": (snap.env or {}).get("NCCL_IB_HCA")},
+                                _remedy_down(port)))
+    counted = [p for p in ports if port_active(p) is not None or link_up(p) is not None]
+    if counted and not findings:
+        return [Finding("net.ib-port-down", "pass", host(snap), f"{len(counted)} RDMA port(s) active")]
+    return findings
+
+
+def _remedy_down(port) -> str:
+    phys = _word(port.phys_state)
+    if phys == "POLLING":
+        return ("No link partner answers: check the cable and transceiver, and the switch port (`ibstat`, "
+                "`mlxlink -d " + port.name + "`)")
+    if phys == "DISABLED":
+        return "The port is administratively disabled: enable it (`mlxconfig`/switch), or take it out of NCCL_IB_HCA"
+    if phys == "LINKUP":
+        return ("The link is up but the port is not ACTIVE: no subnet manager has configured it (check opensm/UFM, "
+                "and the partition key of a virtual function)")
+    return "Bring the port up (cable, switch port, subnet manager) or take it out of NCCL_IB_HCA"
+
+
+@rule("net.ib-rate")
+def port_rate(snap, ctx):
+    """An active port slower than the fastest active port of the same HCA part on this host (the degraded link
+    that makes this node the slowest rank), or a port NCCL would use below the profile's min_rdma_gbps."""
+    active = [p for p in snap.rdma_devices or [] if port_active(p) and p.rate_gbps]
+    wanted = nccl_hcas(snap)
+    fastest: Dict[tuple, float] = {}
+    for port in active:
+        key = (port.model, (port.link_layer or "").lower())
+        fastest[key] = max(fastest.get(key, 0.0), port.rate_gbps)
+    minimum = ctx.profile.get("min_rdma_gbps") or 0
+    findings = []
+    for port in active:
+        top = fastest[(port.model, (port.link_layer or "").lower())]
+        evidence = {"rate_gbps": port.rate_gbps, "fastest_same_part_gbps": top, "part": port.model,
+                    "min_rdma_gbps": minimum or None}
+        if minimum and port.rate_gbps < minimum and _nccl_would_use(port, wanted):
+            findings.append(Finding("net.ib-rate", "fail", subject(port), f"RDMA port at {port.rate_gbps:g} Gb/s, "
+                                    f"below the profile's {minimum:g} Gb/s", evidence, _REMEDY_RATE))
+        elif port.rate_gbps < top:
+            findings.append(Finding("net.ib-rate", "warn", subject(port), f"RDMA port at {port.rate_gbps:g} Gb/s "
+                                    f"while its siblings ({port.model or 'same part'}) run at {top:g} Gb/s",
+                                    evidence, _REMEDY_RATE))
+    if active and not findings:
+        rates = sorted({p.rate_gbps for p in active})
+        return [Finding("net.ib-rate", "pass", host(snap),
+                        f"{len(active)} active RDMA port(s) at {', '.join(f'{r:g}' for r in rates)} Gb/s")]
+    return findings
+
+
+_REMEDY_RATE = ("A link that trained at a lower rate: reseat or replace the cable/transceiver, check the switch "
+                "port's speed, then `ibstat` again; every rank waits for the slowest link")
+
+
+def _gts(text: Optional[str]) -> Optional[float]:
+    match = re.match(r"\s*([0-9.]+)\s*GT/s", text or "")
+    return float(match.group(1)) if match else None
+
+
+@rule("net.nic-pcie")
+def nic_pcie(snap, ctx):
+    """The NIC's PCIe link below what it can do (a Gen5 x16 ConnectX-7 at x8 or Gen3 halves GPUDirect RDMA)."""
+    findings, seen = [], set()
+    for port in snap.rdma_devices or []:
+        if port.name in seen:
+            continue
+        seen.add(port.name)
+        speed, top = _gts(port.pcie_speed), _gts(port.pcie_speed_max)
+        narrow = port.pcie_width and port.pcie_width_max and port.pcie_width < port.pcie_width_max
+        if (speed and top and speed < top) or narrow:
+            findings.append(Finding("net.nic-pcie", "warn", port.name,
+                                    f"NIC PCIe link {port.pcie_speed} x{port.pcie_width}, below its "
+                                    f"{port.pcie_speed_max} x{port.pcie_width_max}",
+                                    {"current": f"{port.pcie_speed} x{port.pcie_width}",
+                                     "max": f"{port.pcie_speed_max} x{port.pcie_width_max}"},
+                                    "Reseat the NIC or move it to a slot wired for its full width and generation; "
+                                    "check the BIOS PCIe settings of that slot"))
+    return findings
+
+
+@rule("net.nccl-ib-hca")
+def nccl_ib_hca(snap, ctx):
+    """NCCL_IB_HCA naming a device this host does not have: NCCL falls back to fewer NICs, or to sockets."""
+    wanted = nccl_hcas(snap)
+    if wanted is None or snap.rdma_devices is None:
+        return []
+    present = {p.name for p in snap.rdma_devices}
+    missing = wanted.unmatched(present)
+    evidence = {"NCCL_IB_HCA": snap.env.get("NCCL_IB_HCA"), "devices": sorted(present)}
+    if missing:
+        return [Finding("net.nccl-ib-hca", "fail", host(snap), f"NCCL_IB_HCA names {', '.join(missing)}, which "
+                        "this host does not have", evidence,
+                        "Set NCCL_IB_HCA to this host's devices (`gpuprep nccl-env` prints them), or leave it unset")]
+    return [Finding("net.nccl-ib-hca", "pass", host(snap), "NCCL_IB_HCA names devices this host has", evidence)]
+
+
+_ZERO_GID = re.compile(r"^[0:]+$")
+
+
+@rule("net.roce-gid")
+def roce_gid(snap, ctx):
+    """An active RoCE port whose GID 0 is empty: no IP configured on its netdev, so RDMA CM and NCCL cannot use it."""
+    wanted = nccl_hcas(snap)
+    findings = []
+    for port in snap.rdma_devices or []:
+        if (port.link_layer or "").lower() != "ethernet" or not port_active(port) or port.gid is None:
+            continue
+        if _ZERO_GID.match(port.gid):
+            findings.append(Finding("net.roce-gid", "fail" if wanted and wanted.selects(port.name) else "warn",
+                                    subject(port), "RoCE port without a usable GID", {"gid0": port.gid},
+                                    f"Give {port.netdev or 'its netdev'} an address (RoCE v2 needs an IP), then "
+                                    "check `show_gids`"))
+    return findings
