@@ -41,16 +41,19 @@ class CheckResult:
 
 
 def snapshot(sources: Sequence[str] = (), *, root: str = "/", docker: bool = True, deep: bool = False,
-             allow_mixed: bool = False) -> Snapshot:
+             allow_mixed: bool = False, dcgm_level: int = 1) -> Snapshot:
     """This host's facts, or the facts in captures of one host (`sources`: nvidia-smi, topo -m, numactl, lscpu,
-    kernel logs, snapshots; sniffed by content). `deep` also starts containers (the GPU smoke test)."""
+    kernel logs, snapshots; sniffed by content). `deep` also starts containers (the GPU smoke test) and runs DCGM's
+    diagnostics at `dcgm_level` (1 by default; 2-4 load the GPUs for minutes) where DCGM is installed."""
+    if dcgm_level not in (1, 2, 3, 4):
+        raise bad_argument("dcgm_level", f"{dcgm_level}: DCGM's levels are 1 to 4")
     if deep and (sources or not docker):
         raise BadInput("the deep checks start containers on this host: not with captures, nor without Docker")
     if sources:
         from .importers import import_files
         return import_files(list(sources), allow_mixed)
     from .probe import collect
-    return collect(root=root, docker=docker, deep=deep)
+    return collect(root=root, docker=docker, deep=deep, dcgm_level=dcgm_level)
 
 
 def profile(name_or_path: Optional[str]) -> Dict[str, Any]:
@@ -63,14 +66,14 @@ def profile(name_or_path: Optional[str]) -> Dict[str, Any]:
 
 def check(sources: Sequence[str] = (), *, facts: Optional[Snapshot] = None, profile_name: Optional[str] = None,
           require_gpu: bool = False, skip: Sequence[str] = (), only: Sequence[str] = (), root: str = "/",
-          docker: bool = True, deep: bool = False, allow_mixed: bool = False) -> CheckResult:
+          docker: bool = True, deep: bool = False, allow_mixed: bool = False, dcgm_level: int = 1) -> CheckResult:
     """Judge one host: `facts` if given, else `sources` (captures), else this host. `skip`/`only` take check ids
     or areas (gpu, driver, ...); what they remove is returned as `waived`, never dropped silently."""
     from .rules import Context, check_filters, judge_all, select
     check_filters(skip, only)
     context = Context(profile=profile(profile_name), require_gpu=require_gpu)
     snap = facts if facts is not None else snapshot(sources, root=root, docker=docker, deep=deep,
-                                                   allow_mixed=allow_mixed)
+                                                   allow_mixed=allow_mixed, dcgm_level=dcgm_level)
     kept, waived = select(judge_all(snap, context), skip, only)
     return CheckResult(snap, kept, waived)
 

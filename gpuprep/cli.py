@@ -19,7 +19,7 @@ from .formats import BY_EXTENSION, FORMATS
 FLAGS = {"driver": "--driver", "cuda": "--cuda", "cudnn": "--cudnn", "torch": "--torch", "gpu": "--gpu", "cc": "--cc",
          "duration": "--duration", "master": "--master", "nnodes": "--nnodes", "node_rank": "--node-rank",
          "backend": "--backend", "ranks": "--nproc", "plan": "--plan", "baseline": "--baseline", "output": "-o",
-         "extra_vars": "-e", "skip": "--skip", "only": "--only", "tags": "--tags", "inventory": "-i",
+         "extra_vars": "-e", "dcgm_level": "--dcgm-level", "skip": "--skip", "only": "--only", "tags": "--tags", "inventory": "-i",
          "local": "--local"}
 
 
@@ -75,12 +75,14 @@ def cli() -> None:
     """Check, tune and burn in GPU nodes for training."""
 
 
-def _gather(sources: List[str], root: str, no_docker: bool, allow_mixed: bool = False, deep: bool = False):
+def _gather(sources: List[str], root: str, no_docker: bool, allow_mixed: bool = False, deep: bool = False,
+            dcgm_level: int = 1):
     if deep and (sources or no_docker):
         from .errors import BadInput
         raise BadInput("--deep starts containers on this host: not with --from or --no-docker")
     from . import api
-    return api.snapshot(sources, root=root, docker=not no_docker, deep=deep, allow_mixed=allow_mixed)
+    return api.snapshot(sources, root=root, docker=not no_docker, deep=deep, allow_mixed=allow_mixed,
+                        dcgm_level=dcgm_level)
 
 
 def _connection_options(fn):
@@ -237,10 +239,13 @@ def _emit(document: dict, fmt: str, output, verbose: bool = False, drift_groups:
 @click.option("--root", default="/", hidden=True)
 @click.option("--no-docker", is_flag=True, help="Do not query the Docker daemon.")
 @click.option("--deep", is_flag=True, help="Also start containers: the GPU smoke test (docker run --gpus all ... "
-              "nvidia-smi -L) and the /dev/shm and memlock a container gets.")
+              "nvidia-smi -L) and the /dev/shm and memlock a container gets; and DCGM's diagnostics where DCGM is "
+              "installed (dcgmi diag, dcgmi health).")
+@click.option("--dcgm-level", type=click.IntRange(1, 4), default=1, show_default=True,
+              help="With --deep: dcgmi diag's level (2-4 load the GPUs for minutes to hours).")
 @click.option("--allow-mixed", is_flag=True, help="Judge --from captures as one host even when they look like different hosts'.")
 def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, output, profile, skip, only,
-          require_gpu, verbose, facts_only, root, no_docker, deep, allow_mixed):
+          require_gpu, verbose, facts_only, root, no_docker, deep, dcgm_level, allow_mixed):
     """Gather facts (or read captures), judge them, report findings. Exit 1 if any check (or host) fails."""
     from .errors import BadInput
     from .fleet_check import saved_fleet
@@ -264,7 +269,7 @@ def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, 
         raise BadInput("--baseline and --drift compare hosts: give -i INVENTORY or snapshots of several hosts")
     if facts_only and require_gpu:
         raise BadInput("--facts-only judges nothing, so --require-gpu cannot fail it: drop one of them")
-    snap = _gather(list(sources), root, no_docker, allow_mixed, deep)
+    snap = _gather(list(sources), root, no_docker, allow_mixed, deep, dcgm_level)
     if facts_only:
         if fmt == "text":
             from .report.terminal import render_facts_only

@@ -187,6 +187,40 @@ class RdmaDevice:
 
 
 @dataclass
+class FabricManager:
+    """NVIDIA Fabric Manager, which NVSwitch systems need before CUDA can use their GPUs (error 802 until then):
+    from systemd, `nv-fabricmanager --version` and its log, live or from captures."""
+    nvswitch: Optional[bool] = None          # NVSwitch devices seen (/dev/nvidia-nvswitch*, the NVSwitch driver)
+    installed: Optional[bool] = None         # the unit or binary is there
+    state: Optional[str] = None              # systemd: active | failed | inactive | activating | ...
+    version: Optional[str] = None            # "Fabric Manager version is : 535.104.05"
+    mismatch: Optional[List[str]] = None     # [FM's driver interface version, the driver's] from its refusal to start
+    configured: Optional[bool] = None        # "Successfully configured all the available NVSwitches"
+    errors: Optional[List[str]] = None       # its own error lines (bounded)
+
+
+@dataclass
+class DcgmTest:
+    """One test of `dcgmi diag`, in DCGM's own words: its status (Pass, Fail, Warn, Skip) and messages."""
+    name: str
+    status: str
+    category: Optional[str] = None
+    gpus: Optional[str] = None
+    messages: Optional[List[str]] = None
+
+
+@dataclass
+class Dcgm:
+    """NVIDIA DCGM's verdict where the host has it: `dcgmi diag -r N -j` test by test, `dcgmi health -c -j`."""
+    version: Optional[str] = None
+    level: Optional[int] = None
+    tests: Optional[List[DcgmTest]] = None
+    health: Optional[str] = None                 # Healthy | Warning | Failure
+    incidents: Optional[List[str]] = None
+    missing: Optional[str] = None                # why DCGM was not asked (no dcgmi, no host engine): information
+
+
+@dataclass
 class Settings:
     cpu_governors: Optional[List[str]] = None   # distinct governors across CPUs
     thp_enabled: Optional[str] = None           # always | madvise | never
@@ -316,6 +350,8 @@ class Snapshot:
     topology: Optional[Topology] = None
     xids: Optional[List[XidEvent]] = None
     pci: Optional[List[PciDevice]] = None
+    fabric_manager: FabricManager = field(default_factory=FabricManager)
+    dcgm: Dcgm = field(default_factory=Dcgm)
 
     # -- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict:

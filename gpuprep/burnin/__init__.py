@@ -78,6 +78,10 @@ SETUP_ERRORS = (
     (re.compile(r"No module named '?torch"), "PyTorch is missing on a node: pip install 'gpuprep[burnin]' there"),
     (re.compile(r"Name or service not known|nodename nor servname|Temporary failure in name resolution|"
                 r"failed to resolve|getaddrinfo"), "the --master host name does not resolve on a node"),
+    # CUDA's cudaErrorSystemNotReady: on NVSwitch systems, the GPUs are not registered with the NVLink fabric yet
+    (re.compile(r"system not yet initiali[sz]ed|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY|\(802\)"),
+     "CUDA error 802, system not yet initialized: on an NVSwitch system nvidia-fabricmanager is not running or does "
+     "not match the driver (`gpuprep check`: fabric.manager, fabric.manager-version)"),
 )
 
 

@@ -7,7 +7,7 @@ from typing import Callable, Iterable, List, Optional, Tuple
 
 from ..errors import BadInput
 from ..snapshot import Snapshot, merge
-from . import hostinfo, kernel_log, lspci, nvsmi_query, nvsmi_table, rdma, sshd, topo
+from . import dcgm, fabricmanager, hostinfo, kernel_log, lspci, nvsmi_query, nvsmi_table, rdma, sshd, topo
 
 Importer = Callable[[str, str], Snapshot]
 
@@ -18,6 +18,8 @@ def _snapshot_json(text: str, origin: str) -> Snapshot:
 
 # Order matters: the most specific signatures first.
 KINDS: List[Tuple[str, Callable[[str], bool], Importer]] = [
+    ("dcgmi diag -j", dcgm.looks_like_diag_json, dcgm.import_diag_json),
+    ("dcgmi health -j", dcgm.looks_like_health_json, dcgm.import_health_json),
     ("snapshot", lambda t: t.lstrip().startswith("{"), _snapshot_json),
     ("nvidia-smi -q -x", nvsmi_query.looks_like_xml, nvsmi_query.import_xml),
     ("nvidia-smi -q", nvsmi_query.looks_like_text, nvsmi_query.import_text),
@@ -28,6 +30,8 @@ KINDS: List[Tuple[str, Callable[[str], bool], Importer]] = [
     ("numactl -H", hostinfo.looks_like_numactl, hostinfo.import_numactl),
     ("lscpu", hostinfo.looks_like_lscpu, hostinfo.import_lscpu),
     ("nvidia-container-toolkit --version", hostinfo.looks_like_ctk_version, hostinfo.import_ctk_version),
+    ("dcgmi diag", dcgm.looks_like_diag_table, dcgm.import_diag_table),
+    ("Fabric Manager status or log", fabricmanager.looks_like_fabric_manager, fabricmanager.import_fabric_manager),
     ("kernel log", kernel_log.looks_like_kernel_log, kernel_log.import_kernel_log),
     ("sshd -T", sshd.looks_like_sshd_t, sshd.import_sshd_t),
     ("lspci -vvv", lspci.looks_like_lspci_vvv, lspci.import_lspci),

@@ -12,9 +12,10 @@ from .system import (Root, probe_env, probe_interfaces, probe_modules, probe_nic
 
 
 def collect(root: str = "/", nvml: Any = None, environ: Optional[Dict[str, str]] = None,
-            docker: bool = True, commands: bool = True, deep: bool = False) -> Snapshot:
+            docker: bool = True, commands: bool = True, deep: bool = False, dcgm_level: int = 1) -> Snapshot:
     """Facts of the host below `root`. `nvml` replaces nvidia-ml-py (tests pass a fake); `docker`
-    and `commands` switch off the daemon query and the bounded nvidia-smi/journal runs; `deep` starts
+    and `commands` switch off the daemon query and the bounded nvidia-smi/journal runs; `deep` runs DCGM's
+    diagnostics at `dcgm_level` (where DCGM is installed) and starts
     containers (the GPU smoke test, when the host has GPUs, and the limits a container gets)."""
     from .software import probe_software
 
@@ -26,6 +27,12 @@ def collect(root: str = "/", nvml: Any = None, environ: Optional[Dict[str, str]]
     snap.settings = probe_settings(fs)
     snap.env = probe_env(dict(os.environ if environ is None else environ))
     snap.software = probe_software(fs)
+    if commands:
+        from .fabric import probe_fabric_manager
+        snap.fabric_manager = probe_fabric_manager(root)
+    if deep:
+        from .dcgm import probe_dcgm
+        snap.dcgm = probe_dcgm(dcgm_level)
 
     facts = nvml_probe.probe(nvml)
     snap.nvml = facts.status

@@ -87,7 +87,7 @@ def gpu_ref(gpu: Gpu) -> str:
 
 
 def _load_areas() -> None:
-    from . import compat, container, driver, env, gpu, net, numa, system, topology  # noqa: F401  (registration)
+    from . import compat, container, dcgm, driver, env, fabric, gpu, net, numa, system, topology  # noqa: F401
 
 
 def evaluate(snapshot: Snapshot, context: Optional[Context] = None, skip: Sequence[str] = (),

@@ -1,0 +1,126 @@
+"""Fabric Manager and DCGM from real captures (tests/corpus/fabric, provenance in its PROVENANCE.tsv): each with the
+exact fabric.* / dcgm.* findings it must give; the live probes guarded (a missing tool is unknown or information,
+never a crash or a wrong fail); DCGM's live path through a stand-in `dcgmi` that prints a real report; CUDA error
+802 in a burn-in's output named as the Fabric Manager problem it is."""
+import os
+import stat
+
+import pytest
+
+from conftest import CORPUS, run_cli
+from gpuprep import api
+from gpuprep.importers import import_files
+
+FABRIC = CORPUS / "fabric"
+
+EXPECTED = {   # capture -> its findings of the fabric and dcgm areas, as (id, severity, subject)
+    "bottlerocket-pr3873-p4d-a100-fm-active-running.systemctl-status.txt": [("fabric.manager", "pass", "host")],
+    "bottlerocket-kernel-kit-pr142-blackwell-fm-active-running-nvlsm.systemctl-status.txt": [
+        ("fabric.manager", "pass", "host")],
+    "akash-website-pr632-fm-version-mismatch-550.systemctl-status.txt": [("fabric.manager", "fail", "host"),
+                                                                        ("fabric.manager-version", "fail", "host")],
+    "gpu-operator-issue-544-fm-version-mismatch-530.fabricmanager-journal.txt": [
+        ("fabric.manager-version", "fail", "host")],
+    "gpu-driver-container-issue-735-fm-590-vs-driver-580-mismatch.fabricmanager-log.txt": [
+        ("fabric.manager-version", "fail", "host")],
+    "nvtrust-issue-128-h20-fm-healthy-start-then-restart.journalctl.txt": [("fabric.manager", "fail", "host")],
+    "cube-studio-issue-29-fm-nv-warn-nothing-to-do.journalctl.txt": [("fabric.manager", "warn", "host")],
+    "gpud-testdata-8gpu-nvswitch-fm-runtime-nonfatal-error.fabricmanager-log.txt": [
+        ("fabric.manager-errors", "warn", "host")],
+    "jear-median-nv-fabricmanager-version-450.nv-fabricmanager-version.txt": [],     # a version alone judges nothing
+    "nccl-tests-issue-264-h100-diag-r3-failed-cuinit-802.dcgmi-diag.txt": [("dcgm.diag", "fail", "DCGM GPU Memory (GPUs All)")],
+    "dcgm-issue-253-l40s-diag-4.2.3-pcie-fail.dcgmi-diag.txt": [("dcgm.diag", "fail", "DCGM pcie")],
+    "dcgm-issue-253-b200-diag-r2-4.4.1-pcie-fail.dcgmi-diag.txt": [("dcgm.diag", "fail", "DCGM pcie")],
+    "virtualclient-t4-diag-r3-pass.dcgmi-diag.json": [("dcgm.diag", "pass", "host")],
+    "virtualclient-health-check-healthy.dcgmi-health.json": [("dcgm.health", "pass", "host")],
+    "dcgm-issue-263-8gpu-health-check-healthy-despite-recovery-reset.dcgmi-health.json": [("dcgm.health", "pass", "host")],
+}
+
+
+def judged(snap, areas=("fabric", "dcgm")):
+    return sorted((f.id, f.severity, f.subject) for f in api.check(facts=snap).findings if f.area in areas)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_capture_gives_exactly_its_findings(name):
+    assert judged(import_files([str(FABRIC / name)])) == sorted(EXPECTED[name])
+
+
+def test_the_version_mismatch_is_read_from_fabric_managers_own_words():
+    fm = import_files([str(FABRIC / "akash-website-pr632-fm-version-mismatch-550.systemctl-status.txt")]).fabric_manager
+    assert (fm.state, fm.mismatch) == ("failed", ["550.127.05", "550.120"])
+
+
+def test_nv_fabricmanager_version_is_compared_with_the_driver():
+    snap = import_files([str(FABRIC / "jear-median-nv-fabricmanager-version-450.nv-fabricmanager-version.txt")])
+    assert snap.fabric_manager.version == "450.102.04"
+    snap.software.driver_version = "450.102.04"
+    assert judged(snap) == [("fabric.manager-version", "pass", "host")]
+    snap.software.driver_version = "450.119.04"
+    assert judged(snap) == [("fabric.manager-version", "fail", "host")]
+
+
+def test_an_nvswitch_system_whose_gpus_wait_for_the_fabric_and_has_no_fabric_manager_fails(tmp_path):
+    snap = import_files([str(FABRIC / "gpu-operator-issue-2511-fabric-in-progress-580.nvidia-smi-q-fabric.txt")])
+    assert ("fabric.manager", "fail", "host") not in judged(snap)        # unknown is not absent
+    snap.fabric_manager.installed = False                                # systemd said: no such unit
+    assert ("fabric.manager", "fail", "host") in judged(snap)
+
+
+def test_dcgm_messages_are_dcgms_own_words_unwrapped():
+    snap = import_files([str(FABRIC / "nccl-tests-issue-264-h100-diag-r3-failed-cuinit-802.dcgmi-diag.txt")])
+    (failed,) = [t for t in snap.dcgm.tests if t.status == "Fail"]
+    assert snap.dcgm.version == "3.3.8" and failed.name == "GPU Memory"
+    assert "Unable to initialize CUDA library: 'system not yet initialized'" in failed.messages[0]
+
+
+def _stand_in(directory, name, script):
+    path = directory / name
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def test_check_deep_runs_dcgmi_where_it_is_installed(tmp_path, monkeypatch):
+    """A stand-in dcgmi (a true boundary: DCGM's CLI) answers with a real `dcgmi diag -r 3 -j` report."""
+    from gpuprep.probe.dcgm import probe_dcgm
+    report = FABRIC / "virtualclient-t4-diag-r3-pass.dcgmi-diag.json"
+    health = FABRIC / "virtualclient-health-check-healthy.dcgmi-health.json"
+    _stand_in(tmp_path, "dcgmi", f'case "$1" in diag) cat "{report}";; health) cat "{health}";; esac\n')
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    dcgm = probe_dcgm(level=1)
+    assert dcgm.level == 1 and len(dcgm.tests) == 16 and dcgm.health == "Healthy" and dcgm.missing is None
+
+
+def test_a_host_without_dcgm_is_information_never_a_failure(tmp_path, monkeypatch):
+    from gpuprep.probe.dcgm import probe_dcgm
+    from gpuprep.snapshot import Snapshot
+    monkeypatch.setenv("PATH", str(tmp_path))
+    snap = Snapshot(dcgm=probe_dcgm(level=1))
+    assert judged(snap) == [("dcgm.diag", "info", "host")]
+    _stand_in(tmp_path, "dcgmi", 'echo "Error: unable to establish a connection to the specified host: localhost" >&2\n'
+                                 'exit 255\n')
+    snap = Snapshot(dcgm=probe_dcgm(level=1))
+    assert "unable to establish a connection" in snap.dcgm.missing and judged(snap) == [("dcgm.diag", "info", "host")]
+
+
+def test_the_fabric_manager_probe_without_systemd_or_fabric_manager_knows_nothing(tmp_path, monkeypatch):
+    from gpuprep.probe.fabric import probe_fabric_manager
+    monkeypatch.setenv("PATH", str(tmp_path))
+    fm = probe_fabric_manager(root=str(tmp_path))
+    assert (fm.nvswitch, fm.installed, fm.state, fm.version, fm.mismatch) == (None, None, None, None, None)
+
+
+@pytest.mark.parametrize("name", ["gpu-burn-issue-133-h200-couldnt-init-cuda.gpu-burn.txt",
+                                  "gpu-burn-issue-92-h100-hbm3-system-not-yet-initialized.gpu-burn.txt",
+                                  "nccl-tests-issue-264-h100-cuda-802.nccl-tests.txt",
+                                  "pytorch-issue-35710-cuda-802-bandwidthtest.cuda-error.txt",
+                                  "pytorch-issue-35710-torch-802-traceback.cuda-error.txt"])
+def test_cuda_error_802_in_a_burnins_output_names_fabric_manager(name):
+    from gpuprep.burnin import setup_errors
+    (meaning,) = setup_errors((FABRIC / name).read_text())
+    assert meaning.startswith("CUDA error 802") and "fabricmanager" in meaning
+
+
+def test_dcgm_level_is_checked():
+    done = run_cli("check", "--deep", "--dcgm-level", "5")
+    assert done.returncode == 2 and "--dcgm-level" in done.stderr
