@@ -25,8 +25,8 @@ EXPECTED = {   # capture -> its findings of the fabric and dcgm areas, as (id, s
         ("fabric.manager-version", "fail", "host")],
     "nvtrust-issue-128-h20-fm-healthy-start-then-restart.journalctl.txt": [("fabric.manager", "fail", "host")],
     "cube-studio-issue-29-fm-nv-warn-nothing-to-do.journalctl.txt": [("fabric.manager", "warn", "host")],
-    "gpud-testdata-8gpu-nvswitch-fm-runtime-nonfatal-error.fabricmanager-log.txt": [
-        ("fabric.manager-errors", "warn", "host")],
+    # its one error is an NVSwitch SXid: judged as gpu.sxid (tests/test_broken_captures.py), not twice
+    "gpud-testdata-8gpu-nvswitch-fm-runtime-nonfatal-error.fabricmanager-log.txt": [],
     "jear-median-nv-fabricmanager-version-450.nv-fabricmanager-version.txt": [],     # a version alone judges nothing
     "nccl-tests-issue-264-h100-diag-r3-failed-cuinit-802.dcgmi-diag.txt": [("dcgm.diag", "fail", "DCGM GPU Memory (GPUs All)")],
     "dcgm-issue-253-l40s-diag-4.2.3-pcie-fail.dcgmi-diag.txt": [("dcgm.diag", "fail", "DCGM pcie")],
@@ -49,6 +49,19 @@ def test_each_capture_gives_exactly_its_findings(name):
 def test_the_version_mismatch_is_read_from_fabric_managers_own_words():
     fm = import_files([str(FABRIC / "akash-website-pr632-fm-version-mismatch-550.systemctl-status.txt")]).fabric_manager
     assert (fm.state, fm.mismatch) == ("failed", ["550.127.05", "550.120"])
+
+
+def test_fabric_manager_errors_other_than_sxids_warn():
+    from gpuprep.importers.fabricmanager import read_fabric_manager
+    from gpuprep.snapshot import Snapshot
+    log = (FABRIC / "gpud-testdata-8gpu-nvswitch-fm-runtime-nonfatal-error.fabricmanager-log.txt").read_text()
+    assert judged(import_files([str(FABRIC / "gpud-testdata-8gpu-nvswitch-fm-runtime-nonfatal-error."
+                                            "fabricmanager-log.txt")]), ("gpu",)) == [("gpu.sxid", "warn", "PCI 0000:86:00")]
+    # the same log with its SXid line made a FATAL of another kind: that one is Fabric Manager's own
+    edited = log.replace("[ERROR] [tid 12727] detected NVSwitch non-fatal error 12028",
+                         "[FATAL] [tid 12727] failed to open NVSwitch device")
+    snap = Snapshot(fabric_manager=read_fabric_manager(edited))
+    assert judged(snap) == [("fabric.manager-errors", "fail", "host")]
 
 
 def test_nv_fabricmanager_version_is_compared_with_the_driver():

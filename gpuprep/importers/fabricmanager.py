@@ -65,4 +65,8 @@ def read_fabric_manager(text: str) -> FabricManager:
 
 
 def import_fabric_manager(text: str, origin: str) -> Snapshot:
-    return Snapshot(sources=[origin], fabric_manager=read_fabric_manager(text))
+    """Fabric Manager's facts, and the NVSwitch errors its log reports as SXids (the same catalog the kernel log's
+    SXid lines are judged by: gpu.sxid)."""
+    from .kernel_log import import_kernel_log
+    events = import_kernel_log(text, origin).xids
+    return Snapshot(sources=[origin], fabric_manager=read_fabric_manager(text), xids=events or None)

@@ -3,12 +3,14 @@ exactly the driver's version (NVIDIA's Fabric Manager user guide: a mismatch sto
 answers error 802 "system not yet initialized" and every job on the node dies at start."""
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from .. import knowledge as kb
 from . import Finding, host, rule
 
 _GUIDE = "NVIDIA Fabric Manager user guide"
+_SXID_LINE = re.compile(r"detected NVSwitch (?:non-)?fatal error \d+", re.I)
 
 
 def nvswitch_system(snap) -> Optional[str]:
@@ -50,8 +52,10 @@ def manager_running(snap, ctx):
 
 @rule("fabric.manager-errors")
 def manager_errors(snap, ctx):
-    """Errors Fabric Manager logged while running (NVSwitch errors, failed requests): the SXid side of the fabric."""
-    errors = [e for e in snap.fabric_manager.errors or [] if "[ERROR]" in e or "[FATAL]" in e]
+    """Errors Fabric Manager logged while running, other than the NVSwitch errors it reports with an SXid number
+    (gpu.sxid judges those from the SXid catalog)."""
+    errors = [e for e in snap.fabric_manager.errors or [] if ("[ERROR]" in e or "[FATAL]" in e)
+              and not _SXID_LINE.search(e)]
     if not errors:
         return []
     return [Finding("fabric.manager-errors", "fail" if any("[FATAL]" in e for e in errors) else "warn", host(snap),
