@@ -26,7 +26,7 @@ attributes:
     description: Changes nothing.
   facts:
     support: full
-    description: Sets C(gpuprep_gpus), C(gpuprep_gpu_present) and C(gpuprep_persistenced).
+    description: Sets C(gpuprep_gpus), C(gpuprep_gpu_present), C(gpuprep_driver_version) and C(gpuprep_persistenced).
 options:
   nvidia_smi:
     description: Path or name (looked up on PATH) of nvidia-smi.
@@ -56,6 +56,9 @@ ansible_facts:
     gpuprep_gpu_present:
       description: Whether nvidia-smi answered with at least one GPU.
       type: bool
+    gpuprep_driver_version:
+      description: The driver version nvidia-smi reports; null without nvidia-smi.
+      type: str
     gpuprep_gpus:
       description: One entry per GPU (index, name, uuid, bus id, persistence, clocks, supported clocks, power limits).
       type: list
@@ -100,16 +103,17 @@ def as_facts(index, bus_id, fields):
 
 
 def read_gpus(exe):
-    """The GPUs from `nvidia-smi -q -x`, or `-q` text when XML is unavailable; (gpus, error)."""
+    """The GPUs from `nvidia-smi -q -x`, or `-q` text when XML is unavailable; (gpus, driver version, error)."""
     xml_run = subprocess.run([exe, "-q", "-x"], capture_output=True, text=True, timeout=60, check=False)
     if xml_run.returncode == 0 and "<nvidia_smi_log" in xml_run.stdout:
-        _header, entries = parse_xml(xml_run.stdout)
-        return [as_facts(i, bus, fields) for i, (bus, fields, _element) in enumerate(entries)], None
+        header, entries = parse_xml(xml_run.stdout)
+        return ([as_facts(i, bus, fields) for i, (bus, fields, _element) in enumerate(entries)],
+                header.get("driver_version"), None)
     text_run = subprocess.run([exe, "-q"], capture_output=True, text=True, timeout=60, check=False)
     if text_run.returncode != 0:
-        return None, "nvidia-smi failed: " + " ".join((text_run.stdout + text_run.stderr).split())[:500]
-    _header, blocks = parse_text(text_run.stdout)
-    return [as_facts(i, bus, fields) for i, (bus, fields) in enumerate(blocks)], None
+        return None, None, "nvidia-smi failed: " + " ".join((text_run.stdout + text_run.stderr).split())[:500]
+    header, blocks = parse_text(text_run.stdout)
+    return [as_facts(i, bus, fields) for i, (bus, fields) in enumerate(blocks)], header.get("driver_version"), None
 
 
 def vendor_unit(text):
@@ -145,12 +149,14 @@ def main():
     exe = shutil.which(module.params["nvidia_smi"])
     if exe is None:
         module.exit_json(changed=False, ansible_facts={"gpuprep_gpu_present": False, "gpuprep_gpus": [],
+                                                       "gpuprep_driver_version": None,
                                                        "gpuprep_persistenced": persistenced},
                          msg="nvidia-smi not found: no NVIDIA driver on this host")
-    gpus, error = read_gpus(exe)
+    gpus, driver, error = read_gpus(exe)
     if error:
         module.fail_json(msg=error)
     module.exit_json(changed=False, ansible_facts={"gpuprep_gpu_present": bool(gpus), "gpuprep_gpus": gpus,
+                                                   "gpuprep_driver_version": driver,
                                                    "gpuprep_persistenced": persistenced})
 
 
