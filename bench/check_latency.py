@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CORPUS = REPO.parent / "shared" / "corpus"
+CORPUS = REPO / "tests" / "corpus"
 CAPTURES = [CORPUS / "h100-sxm-x8.nvidia-smi-q.txt", CORPUS / "h100-x8-stas.topo-m.txt"]
 RUNS = 7
 

@@ -29,6 +29,8 @@ def _parser(prog: str = "gpuprep-probe") -> argparse.ArgumentParser:
                        help="resume a node gpuprep drained only when this burn-in report (gpuprep burnin --json -o) "
                             "passed")
     slurm.add_argument("--burnin-within", metavar="DURATION", help="... and is at most this old (e.g. 24h)")
+    slurm.add_argument("--baseline-dir", default="/run/gpuprep/slurm", metavar="DIR",
+                       help="where the prolog notes each job's start for its epilog (default /run/gpuprep/slurm)")
     slurm.add_argument("--budget", type=float, default=45.0, metavar="SECONDS",
                        help="give up (change nothing) when judging takes longer (default 45, below Slurm's 60 s)")
     for name, text in (("npd", "node-problem-detector custom plugin: exit 0 healthy, 1 a problem, 2 unknown; one "
@@ -160,9 +162,9 @@ def _hook_facts(args, job: str):
     from . import api, slurm
     facts = api.snapshot(args.sources, docker=False, allow_mixed=True)
     if args.hook == "prolog" and job:
-        slurm.record_baseline(job, len(facts.xids) if facts.xids is not None else None)
+        slurm.record_baseline(job, len(facts.xids) if facts.xids is not None else None, args.baseline_dir)
     if args.hook == "epilog" and job:
-        before = slurm.read_baseline(job)
+        before = slurm.read_baseline(job, args.baseline_dir)
         if before is not None and facts.xids is not None and len(facts.xids) >= before:
             facts.xids = facts.xids[before:]
     return facts

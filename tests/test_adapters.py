@@ -125,3 +125,42 @@ def test_what_cannot_be_judged_is_unknown_never_healthy(tmp_path, command, code,
     done = run_cli(command, "--from", str(bad))
     assert done.returncode == code and done.stdout.startswith(prefix) and "Traceback" not in done.stderr
     assert "gpus[0].index" in done.stdout
+
+
+def _scontrol(tmp_path, state_capture):
+    """A stand-in scontrol (the scheduler's command, the true boundary): `show node` prints what Debian's Slurm
+    printed (tests/data/slurm); every update is appended to a log the test reads."""
+    script = tmp_path / "scontrol"
+    log = tmp_path / "scontrol.log"
+    script.write_text(f"#!/bin/sh\nif [ \"$1\" = show ]; then cat {SLURM / state_capture}; exit 0; fi\n"
+                      f"printf '%s\\n' \"$*\" >> {log}\n")
+    script.chmod(0o755)
+    return str(script), log
+
+
+def test_the_epilog_drains_for_xids_that_came_during_the_job_only(tmp_path):
+    """The prolog notes how many Xid lines the log held (here: a capture with Xid 13 x16); the epilog judges only
+    the lines after them (the same log, then Xid 64 and 94 of another capture): Xid 64 fails, so it drains."""
+    scontrol, log = _scontrol(tmp_path, "scontrol-show-node-idle.txt")
+    before, during = corpus("xid13-xid43.dmesg-iso.txt"), corpus("xid64-xid94-imbue-h100.dmesg-lines.txt")
+    common = ["--scontrol", scontrol, "--node", "node1", "--baseline-dir", str(tmp_path / "jobs")]
+    env = {"SLURM_JOB_ID": "4242"}
+    done = run_cli("slurm", "prolog", "--from", before, *common, env=env)
+    assert done.returncode == 0, done.stderr                       # Xid 13 warns: a warning does not drain
+    assert (tmp_path / "jobs" / "job-4242.json").is_file() and not log.exists()
+    done = run_cli("slurm", "epilog", "--from", before, "--from", during, *common, env=env)
+    assert done.returncode == 0, done.stderr                       # the epilog drains itself and exits 0
+    (update,) = log.read_text().splitlines()
+    assert update.startswith("update NodeName=node1 State=DRAIN Reason=gpuprep: gpu.xid PCI 0000:0f:00")
+    assert not (tmp_path / "jobs" / "job-4242.json").exists()      # the baseline is used once
+
+
+def test_an_epilog_with_no_new_xids_leaves_the_node(tmp_path):
+    scontrol, log = _scontrol(tmp_path, "scontrol-show-node-idle.txt")
+    capture = corpus("xid64-xid94-imbue-h100.dmesg-lines.txt")     # Xid 64 fails, but it was there before the job
+    common = ["--from", capture, "--scontrol", scontrol, "--node", "node1", "--baseline-dir", str(tmp_path)]
+    prolog = run_cli("slurm", "prolog", *common, env={"SLURM_JOB_ID": "7"})
+    assert prolog.returncode == 1 and "State=DRAIN" in log.read_text()  # a failing node: the prolog drains, the job requeues
+    log.unlink()
+    epilog = run_cli("slurm", "epilog", *common, env={"SLURM_JOB_ID": "7"})
+    assert epilog.returncode == 0 and not log.exists(), epilog.stderr
