@@ -133,5 +133,6 @@ def test_a_nic_firmware_or_rate_unlike_the_fleets_drifts():
     for port in fleet["n2"].rdma_devices:
         port.firmware = "28.39.1002"
     fleet["n3"].rdma_devices[0].rate_gbps = 200.0
+    fleet["n1"].rdma_devices[1].model = "MT4123"                  # a ConnectX-6 where the others have a ConnectX-7
     drift = {d.fact.id: d.odd for d in fleet_drift(fleet)}
-    assert drift == {"drift.nic-firmware": ["n2"], "drift.nic-rate": ["n3"]}
+    assert drift == {"drift.nic-firmware": ["n2"], "drift.nic-rate": ["n3"], "drift.nic-model": ["n1"]}
