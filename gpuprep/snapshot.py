@@ -110,6 +110,7 @@ class Gpu:
     fabric_state: Optional[str] = None
     fabric_status: Optional[str] = None
     fabric_bandwidth: Optional[str] = None   # the fabric's health: Full, or Degraded (an NVLink to the switches down)
+    fabric_health: Optional[str] = None      # nvidia-smi -q's Fabric Health Summary: Healthy | Unhealthy
     numa_node: Optional[int] = None
     cpu_affinity: Optional[str] = None
     # the GPU failing to answer: why it could not be queried at all ("GPU is lost", "Unknown Error" for its

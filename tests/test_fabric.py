@@ -137,3 +137,14 @@ def test_cuda_error_802_in_a_burnins_output_names_fabric_manager(name):
 def test_dcgm_level_is_checked():
     done = run_cli("check", "--deep", "--dcgm-level", "5")
     assert done.returncode == 2 and "--dcgm-level" in done.stderr
+
+
+@pytest.mark.parametrize("name, title", [
+    ("dra-driver-nvidia-gpu-issue-626-fabric-completed-health-unhealthy.nvidia-smi-q-fabric.txt", "health is Unhealthy"),
+    ("azhpc-images-pr506-fabric-completed-insufficient-resources.nvidia-smi-q-fabric.txt", "Insufficient Resources"),
+    ("gpu-operator-issue-2511-fabric-in-progress-580.nvidia-smi-q-fabric.txt", "state In Progress"),
+])
+def test_each_gpus_fabric_registration_and_health_from_nvidia_smi(name, title):
+    """`nvidia-smi -q` Fabric sections, one pasted as a `grep -C3` of it (its command line and '--' kept)."""
+    (finding,) = [f for f in api.check([str(FABRIC / name)]).findings if f.id == "gpu.fabric"]
+    assert finding.severity == "fail" and title in finding.title

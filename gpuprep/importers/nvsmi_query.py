@@ -53,8 +53,12 @@ def looks_like_xml(text: str) -> bool:
     return "<nvidia_smi_log" in text[:2000]
 
 
+# a pasted `nvidia-smi -q | grep -C3 ...`: the command line someone typed, and grep's '--' between matches
+_PASTE_NOISE = re.compile(r"^(?:[#$] .*nvidia-smi.*|--)\s*$\n?", re.M)
+
+
 def import_text(text: str, origin: str) -> Snapshot:
-    header, blocks = nvsmi.parse_text(text)
+    header, blocks = nvsmi.parse_text(_PASTE_NOISE.sub("", text))
     snap = Snapshot(sources=[origin])
     snap.software.driver_version = header["driver_version"]
     snap.software.cuda_driver_version = header["cuda_version"]

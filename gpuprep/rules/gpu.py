@@ -365,8 +365,13 @@ def fabric(snap, ctx):
         state, status, bandwidth = gpu.fabric_state, gpu.fabric_status, gpu.fabric_bandwidth
         if state is None and status is None:
             continue
-        evidence = {"state": state, "status": status, "bandwidth": bandwidth}
-        if bandwidth and bandwidth.lower() == "degraded":
+        evidence = {"state": state, "status": status, "bandwidth": bandwidth, "health": gpu.fabric_health}
+        if (gpu.fabric_health or "").lower() == "unhealthy":
+            out.append(Finding("gpu.fabric", "fail", gpu_subject(gpu), "The GPU's NVLink fabric health is Unhealthy",
+                               evidence, "Drain; read the Fabric Health fields of `nvidia-smi -q` (route recovery, "
+                               "unhealthy routes, access timeouts, configuration) and the fabric manager's log, then "
+                               "reset the GPU or reboot", "nvidia-smi -q Fabric Health; NVIDIA Fabric Manager user guide"))
+        elif bandwidth and bandwidth.lower() == "degraded":
             out.append(Finding("gpu.fabric", "fail", gpu_subject(gpu),
                                "NVLink fabric bandwidth is degraded (an NVLink to the NVSwitches is down)",
                                evidence, "Drain; look for NVLink/SXid errors in the kernel and fabric manager logs, "

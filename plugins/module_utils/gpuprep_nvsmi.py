@@ -254,6 +254,7 @@ FIELDS: List[Tuple[str, Callable, List[Path], List[Path]]] = [
     ("fabric_state", known, [("Fabric", "State")], [("fabric", "state")]),
     ("fabric_status", known, [("Fabric", "Status")], [("fabric", "status")]),
     ("fabric_bandwidth", known, [("Fabric", "Health", "Bandwidth")], [("fabric", "health", "bandwidth")]),
+    ("fabric_health", known, [("Fabric", "Health", "Summary")], [("fabric", "health", "summary")]),
 ]
 
 # Clock event reasons of hardware or thermal slowdown: a fault to look at when they hold a GPU down
