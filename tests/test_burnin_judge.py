@@ -121,3 +121,38 @@ def test_torchs_own_nccl_error_handling_is_kept():
     assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in child and child["NCCL_SOCKET_IFNAME"] == "=eth0"
     assert child["OMP_NUM_THREADS"] == "1"
     assert child_environment({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}, {})["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
+
+
+def _report(ranks):
+    return {"schema": "gpuprep.burnin/1", "verdict": "pass", "ranks": ranks}
+
+
+def test_a_hosts_report_is_checked_field_by_field_before_it_is_judged(tmp_path):
+    """Across an inventory each host's report comes back from that host: a bad one is that host's setup problem with
+    the JSON path of the bad field, never a crash of the judge nor a rank taken on trust."""
+    from gpuprep.burnin.fleet_run import _host_report
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_report([gpu_rank(0, 360.0), gpu_rank(1, 360.0)])))
+    ranks, problem = _host_report(str(good), "node1")
+    assert [r["rank"] for r in ranks] == [0, 1] and problem is None
+    hostile = gpu_rank(1, 360.0)
+    hostile["compute_ms"][3] = "fast"
+    cases = {"ranks[1].compute_ms[3]: expected float": _report([gpu_rank(0, 360.0), hostile]),
+             "ranks[0].gpu.after.ecc_volatile_uncorrected": _report([dict(gpu_rank(0, 360.0), gpu={
+                 "after": {"ecc_volatile_uncorrected": "many"}})]),
+             "not a gpuprep burn-in report": [1, 2, 3],
+             "ranks[0].rank: expected int": _report([dict(gpu_rank(0, 360.0), rank="0")])}
+    for expected, document in cases.items():
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(document))
+        ranks, problem = _host_report(str(bad), "node2")
+        assert ranks is None and problem.startswith("node2 sent an unusable burn-in report") and expected in problem
+    assert _host_report(str(tmp_path / "absent.json"), "node3") == (None, None)
+
+
+def test_a_rank_two_hosts_claim_is_believed_from_neither():
+    from gpuprep.burnin.fleet_run import merge_reports
+    failing = gpu_rank(0, 360.0, unc_after=3)
+    forged = dict(gpu_rank(0, 360.0), host="node2")
+    ranks, world, problems = merge_reports({"node1": [failing, gpu_rank(1, 360.0)], "node2": [forged]})
+    assert sorted(ranks) == [1] and world == 8 and problems == ["node1 and node2 each report rank 0"]

@@ -9,8 +9,9 @@ import sys
 import tempfile
 import time
 
-from ..errors import BadInput, bad_argument
+from ..errors import bad_argument
 from . import RunResult
+from .report_schema import checked_ranks
 
 
 def run_fleet(inventory: str, seconds: float, nproc: str, backend: str, master, rdzv_timeout: float,
@@ -36,30 +37,56 @@ def _run_and_collect(inventory: str, extravars: dict, collect: str, connection, 
     from ..ansible.runner import ApplyRequest, run
     outcome = run(ApplyRequest(playbook="burnin.yml", inventory=inventory, internal_vars=extravars,
                                forks=None, connection=connection))
-    ranks, nodes, missing_hosts = {}, 0, []
-    world = 0
+    reports, missing_hosts, problems = {}, [], []
     for host in outcome.hosts_in_inventory:
-        path = os.path.join(collect, f"{host}.json")
-        try:
-            with open(path) as fh:
-                report = json.load(fh)
-        except (OSError, ValueError):
+        host_ranks, problem = _host_report(os.path.join(collect, f"{host}.json"), host)
+        if host_ranks is None:
             missing_hosts.append(host)
-            continue
-        nodes += 1
-        world = max(world, report.get("world_size") or 0)
-        for rank in report.get("ranks", []):
-            rank["inventory_host"] = host
-            ranks[rank["rank"]] = rank
+            problems += [problem] if problem else []
+        else:
+            reports[host] = host_ranks
+    ranks, world, conflicts = merge_reports(reports)
+    problems += conflicts
     failed = [f"{h}: {state.failures[0].message}" for h, state in outcome.state.hosts.items() if state.failures]
     result = RunResult(ranks=ranks, world_size=world or len(ranks), exit_code=0 if not failed else 1,
                        timed_out=False, wall_seconds=time.monotonic() - start,
                        log_tail=failed + [f"no report from {h}" for h in missing_hosts],
                        nodes=len(outcome.hosts_in_inventory),
-                       setup_errors=[problem for h, state in sorted(outcome.state.hosts.items())
-                                     for problem in _host_setup_errors(h, state, extravars["burnin_gpuprep"])])
+                       setup_errors=problems + [problem for h, state in sorted(outcome.state.hosts.items())
+                                                for problem in _host_setup_errors(h, state, extravars["burnin_gpuprep"])])
     result.rendezvous_failed = bool(missing_hosts) and not ranks
     return result
+
+
+def merge_reports(reports: dict):
+    """(ranks by number, world size, problems) from each host's checked ranks. A rank two hosts both claim is
+    believed from neither: a forged or stale report cannot stand in for another host's result."""
+    claims: dict = {}
+    for host, host_ranks in reports.items():
+        for rank in host_ranks:
+            claims.setdefault(rank["rank"], []).append(dict(rank, inventory_host=host))
+    ranks = {number: found[0] for number, found in claims.items() if len(found) == 1}
+    problems = [f"{' and '.join(r['inventory_host'] for r in found)} each report rank {number}"
+                for number, found in sorted(claims.items()) if len(found) > 1]
+    return ranks, max((r["world_size"] for r in ranks.values()), default=0), problems
+
+
+MAX_REPORT_BYTES = 64 << 20
+
+
+def _host_report(path: str, host: str):
+    """(the host's ranks, None), (None, None) when it sent no report, or (None, why its report is unusable)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_REPORT_BYTES + 1)
+    except OSError:
+        return None, None
+    try:
+        if len(data) > MAX_REPORT_BYTES:
+            raise ValueError(f"larger than {MAX_REPORT_BYTES >> 20} MiB")
+        return checked_ranks(json.loads(data)), None
+    except (ValueError, RecursionError) as exc:
+        return None, f"{host} sent an unusable burn-in report ({str(exc)[:200]})"
 
 
 def _host_setup_errors(host: str, state, gpuprep: str) -> list:

@@ -1,0 +1,79 @@
+"""The shape of one rank's burn-in result as the judge reads it, checked field by field (the snapshot loader's
+typed builder names the JSON path of a bad value). A burn-in across an inventory reads each host's report back from
+that host: untrusted input, which must give a clear problem for that host, never a crash of the judge."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+from ..snapshot import build
+
+
+@dataclass
+class _Sample:
+    ecc_volatile_uncorrected: Optional[int] = None
+
+
+@dataclass
+class _Gpu:
+    failure: Optional[str] = None
+    reasons_seen: Optional[List[str]] = None
+    training_reasons: Optional[List[str]] = None
+    max_temperature_c: Optional[float] = None
+    min_sm_clock_mhz: Optional[float] = None
+    training_max_power_w: Optional[float] = None
+    power_limit_w: Optional[float] = None
+    training_samples: Optional[int] = None
+    before: Optional[_Sample] = None
+    after: Optional[_Sample] = None
+
+
+@dataclass
+class _Memory:
+    ok: Optional[bool] = None
+    bad_words: Optional[int] = None
+    first_bad_offset: Optional[int] = None
+
+
+@dataclass
+class _SweepRow:
+    bytes: int
+    busbw_gbs: float
+
+
+@dataclass
+class RankFields:
+    rank: int
+    world_size: int
+    host: Optional[str] = None
+    device: Optional[str] = None
+    backend: Optional[str] = None
+    gpu_name: Optional[str] = None
+    pci_bus_id: Optional[str] = None
+    compute_ms: Optional[List[float]] = None
+    step_ms: Optional[List[float]] = None
+    allreduce: Optional[List[_SweepRow]] = None
+    memory: Optional[_Memory] = None
+    gpu: Optional[_Gpu] = None
+    load: Optional[Dict[str, Any]] = None
+
+
+MAX_RANKS = 4096 * 16
+
+
+def checked_ranks(report: Any) -> List[dict]:
+    """The ranks of one host's burn-in report, each checked against RankFields; ValueError names the first bad
+    field (`ranks[1].compute_ms[3]: expected float, got 'fast'`)."""
+    if not isinstance(report, dict) or not str(report.get("schema", "")).startswith("gpuprep.burnin/"):
+        raise ValueError("not a gpuprep burn-in report")
+    ranks = report.get("ranks")
+    if not isinstance(ranks, list) or len(ranks) > MAX_RANKS:
+        raise ValueError("ranks: expected a list of ranks")
+    for i, rank in enumerate(ranks):
+        try:
+            build(RankFields, rank, f"ranks[{i}]")
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
+        if rank["rank"] < 0:
+            raise ValueError(f"ranks[{i}].rank: {rank['rank']} is negative")
+    return ranks
