@@ -570,7 +570,7 @@ def _node_hook(name: str, summary: str):
     @click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
     def command(arguments):
         from .probe_main import main as probe_main
-        return probe_main([name, *arguments], prog=f"gpuprep {name}")
+        return probe_main([name, *arguments], prog="gpuprep")
     return command
 
 
