@@ -23,4 +23,5 @@ if [ "${GPUPREP_SKIP_DOCKER:-0}" != "1" ]; then
   export GPUPREP_REQUIRE_DOCKER=1   # container tests must run here, not skip
 fi
 
-exec "$VENV/bin/python" -m pytest -q "$@"
+# the slowest tests are listed at the end, so a suite that grows past its time budget shows where
+exec "$VENV/bin/python" -m pytest -q --durations=25 "$@"
