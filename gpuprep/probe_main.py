@@ -170,7 +170,7 @@ def _hook_facts(args, job: str):
     return facts
 
 
-class _Budget(Exception):
+class _Budget(BaseException):     # not an Exception: no "except Exception" in the probe may swallow it
     pass
 
 
@@ -186,7 +186,7 @@ def _budget(seconds: float):
         def expired(signum, frame):
             raise _Budget()
         previous = signal.signal(signal.SIGALRM, expired)
-        signal.setitimer(signal.ITIMER_REAL, max(0.1, seconds))
+        signal.setitimer(signal.ITIMER_REAL, max(0.001, seconds))
         try:
             yield
         except _Budget:

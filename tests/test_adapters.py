@@ -164,3 +164,11 @@ def test_an_epilog_with_no_new_xids_leaves_the_node(tmp_path):
     log.unlink()
     epilog = run_cli("slurm", "epilog", *common, env={"SLURM_JOB_ID": "7"})
     assert epilog.returncode == 0 and not log.exists(), epilog.stderr
+
+
+def test_judging_past_the_budget_changes_nothing(tmp_path):
+    scontrol, log = _scontrol(tmp_path, "scontrol-show-node-idle.txt")
+    done = run_cli("slurm", "healthcheck", "--from", corpus(FAILING), "--scontrol", scontrol, "--node", "node1",
+                   "--budget", "0.001")
+    assert done.returncode == 1 and "budget of 0.001 s: the node was left as it was" in done.stderr, done.stderr
+    assert not log.exists()                                    # no drain, no resume
