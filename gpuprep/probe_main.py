@@ -62,7 +62,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "gpuprep-probe") -> i
         return _textfile(args)
     except (Exception, KeyboardInterrupt) as exc:    # noqa: BLE001 (one line, never a traceback in a timer's journal)
         code, message, _ = exit_for(exc, _FLAGS)
-        sys.stderr.write(f"gpuprep-probe: error: {message}\n")
+        sys.stderr.write(f"{prog}: error: {message}\n")
         return code
 
 
