@@ -299,11 +299,20 @@ def _persistence():
     return [g["persistence_mode"] for g in _gpus_on_node()]
 
 
+@pytest.fixture(scope="module")
+def persistence_reverted(node):
+    """The node without gpuprep's persistence and clocks, once for all layouts (each layout's test ends reverted),
+    and back to the layout the other tests use after the last."""
+    apply("-i", str(node), "--tags", "gpu_persistence,gpu_clocks", playbook="revert")
+    yield node
+    apply("-i", str(node), "--tags", "gpu_persistence")
+
+
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_persistence_on_each_packaged_layout_survives_a_reboot_and_reverts(node, layout):
+def test_persistence_on_each_packaged_layout_survives_a_reboot_and_reverts(persistence_reverted, layout):
+    node = persistence_reverted
     unit, daemon, user = LAYOUTS[layout]
     vendor = "/lib/systemd/system/nvidia-persistenced.service"
-    apply("-i", str(node), "--tags", "gpu_persistence,gpu_clocks", playbook="revert")
     node_exec(NODE, "systemctl", "stop", "nvidia-persistenced")
     node_exec(NODE, "rm", "-rf", "/var/lib/gpuprep/gpu_persistence", "/etc/systemd/system/nvidia-persistenced.service",
               "/etc/systemd/system/nvidia-persistenced.service.d", vendor)
@@ -342,4 +351,3 @@ def test_persistence_on_each_packaged_layout_survives_a_reboot_and_reverts(node,
         if daemon != "/usr/bin/nvidia-persistenced":
             node_exec(NODE, "mv", daemon, "/usr/bin/nvidia-persistenced")
         node_exec(NODE, "systemctl", "daemon-reload")
-        apply("-i", str(node), "--tags", "gpu_persistence")        # back to the layout the other tests use
