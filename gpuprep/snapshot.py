@@ -201,6 +201,30 @@ class FabricManager:
 
 
 @dataclass
+class ImexNode:
+    """One node of an IMEX domain as `nvidia-imex-ctl -N` lists it."""
+    index: int
+    address: str
+    status: str                              # READY | UNAVAILABLE | INITIALIZING | WAITING_FOR_PEERS | ...
+    version: Optional[str] = None            # newer IMEX print each node's version ("570.172"); empty when unknown
+    local: Optional[bool] = None             # the node the command ran on (`* address *`)
+
+
+@dataclass
+class Imex:
+    """NVIDIA IMEX, which multi-node NVLink systems (GB200/GB300 NVL72) need to share GPU memory across trays:
+    its systemd unit, `nvidia-imex-ctl -N` (the domain, each node, the connection table) or `-q`, and its log."""
+    installed: Optional[bool] = None
+    state: Optional[str] = None              # systemd: active | failed | inactive | ...
+    configured_nodes: Optional[int] = None   # addresses in /etc/nvidia-imex/nodes_config.cfg
+    query: Optional[str] = None              # `nvidia-imex-ctl -q`: READY, another daemon state, or its error
+    domain: Optional[str] = None             # "Domain State:": UP | DEGRADED | DOWN
+    nodes: Optional[List[ImexNode]] = None
+    links: Optional[List[str]] = None        # connections not Connected: "0->3 N" (the table's own letter)
+    errors: Optional[List[str]] = None       # its own [ERROR]/[FATAL] log lines (bounded)
+
+
+@dataclass
 class DcgmTest:
     """One test of `dcgmi diag`, in DCGM's own words: its status (Pass, Fail, Warn, Skip) and messages."""
     name: str
@@ -353,6 +377,7 @@ class Snapshot:
     pci: Optional[List[PciDevice]] = None
     fabric_manager: FabricManager = field(default_factory=FabricManager)
     dcgm: Dcgm = field(default_factory=Dcgm)
+    imex: Imex = field(default_factory=Imex)
 
     # -- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict:

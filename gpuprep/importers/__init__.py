@@ -7,7 +7,7 @@ from typing import Callable, Iterable, List, Optional, Tuple
 
 from ..errors import BadInput
 from ..snapshot import Snapshot, merge
-from . import dcgm, fabricmanager, hostinfo, kernel_log, lspci, nvsmi_query, nvsmi_table, rdma, sshd, topo
+from . import dcgm, fabricmanager, hostinfo, imex, kernel_log, lspci, nvsmi_query, nvsmi_table, rdma, sshd, topo
 
 Importer = Callable[[str, str], Snapshot]
 
@@ -31,6 +31,8 @@ KINDS: List[Tuple[str, Callable[[str], bool], Importer]] = [
     ("lscpu", hostinfo.looks_like_lscpu, hostinfo.import_lscpu),
     ("nvidia-container-toolkit --version", hostinfo.looks_like_ctk_version, hostinfo.import_ctk_version),
     ("dcgmi diag", dcgm.looks_like_diag_table, dcgm.import_diag_table),
+    # before Fabric Manager: IMEX writes its log lines in the same format
+    ("nvidia-imex-ctl, or IMEX status or log", imex.looks_like_imex, imex.import_imex),
     ("Fabric Manager status or log", fabricmanager.looks_like_fabric_manager, fabricmanager.import_fabric_manager),
     ("kernel log", kernel_log.looks_like_kernel_log, kernel_log.import_kernel_log),
     ("sshd -T", sshd.looks_like_sshd_t, sshd.import_sshd_t),
@@ -66,7 +68,8 @@ def import_text(text: str, origin: str) -> Snapshot:
                 raise BadInput(f"{origin}: impossible value in {kind}: {problem}")
             return snap
     raise BadInput(f"{origin}: unrecognised file (expected nvidia-smi, nvidia-smi -q [-x], "
-                   f"topo -m, nvlink --status, numactl -H, lscpu, a kernel log, ibstat, ibv_devinfo, ibdev2netdev "
+                   f"topo -m, nvlink --status, numactl -H, lscpu, a kernel log, ibstat, ibv_devinfo, ibdev2netdev, "
+                   f"dcgmi, Fabric Manager or IMEX status "
                    f"or a gpuprep snapshot)")
 
 

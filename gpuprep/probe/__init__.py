@@ -28,8 +28,9 @@ def collect(root: str = "/", nvml: Any = None, environ: Optional[Dict[str, str]]
     snap.env = probe_env(dict(os.environ if environ is None else environ))
     snap.software = probe_software(fs)
     if commands:
-        from .fabric import probe_fabric_manager
+        from .fabric import probe_fabric_manager, probe_imex
         snap.fabric_manager = probe_fabric_manager(root)
+        snap.imex = probe_imex(root)
     if deep:
         from .dcgm import probe_dcgm
         snap.dcgm = probe_dcgm(dcgm_level)

@@ -82,3 +82,66 @@ def manager_version(snap, ctx):
                         "(`gpuprep apply --tags driver_pin`), or the driver of Fabric Manager's version", _GUIDE)]
     return [Finding("fabric.manager-version", "pass", host(snap), f"Fabric Manager {fm_version} matches the driver",
                     evidence, source=_GUIDE)]
+
+
+_IMEX_GUIDE = "NVIDIA IMEX guide (docs.nvidia.com/multi-node-nvlink-systems/imex-guide)"
+_IMEX_LOOK = ("Read why (`systemctl status nvidia-imex`, /var/log/nvidia-imex.log); check that "
+              "/etc/nvidia-imex/nodes_config.cfg lists this domain's nodes and that they reach each other on port "
+              "50000; until then jobs across trays cannot share GPU memory")
+
+
+def _imex_problems(imex) -> list:
+    problems = []
+    if imex.state == "failed":
+        problems.append("nvidia-imex has failed")
+    elif imex.state in ("inactive", "deactivating") and (imex.configured_nodes or 0) > 1:
+        problems.append(f"nvidia-imex is {imex.state} with {imex.configured_nodes} nodes configured")
+    if imex.query and imex.query != "READY":
+        problems.append("the daemon is not READY (nvidia-imex-ctl)")
+    if imex.errors:
+        problems.append(f"IMEX logged {len(imex.errors)} error(s)")
+    return problems
+
+
+@rule("fabric.imex")
+def imex_service(snap, ctx):
+    """The IMEX daemon, where the host has it: running, reachable, and without errors of its own."""
+    imex = snap.imex
+    if not imex.installed:
+        return []
+    evidence = {"state": imex.state, "query": imex.query, "configured_nodes": imex.configured_nodes,
+                "errors": (imex.errors or [])[-3:]}
+    problems = _imex_problems(imex)
+    if problems:
+        return [Finding("fabric.imex", "fail", host(snap), "IMEX: " + "; ".join(problems), evidence, _IMEX_LOOK,
+                        _IMEX_GUIDE)]
+    if imex.state == "active" or imex.query == "READY":
+        return [Finding("fabric.imex", "pass", host(snap), "nvidia-imex is running", evidence, source=_IMEX_GUIDE)]
+    if imex.state in ("inactive", "deactivating"):
+        return [Finding("fabric.imex", "info", host(snap), f"nvidia-imex is {imex.state}: no other node is configured",
+                        evidence, source=_IMEX_GUIDE)]
+    return []
+
+
+@rule("fabric.imex-domain")
+def imex_domain(snap, ctx):
+    """The IMEX domain as `nvidia-imex-ctl -N` shows it: UP, every node READY, of one IMEX version, and every
+    connection Connected (NVIDIA's legend: a version or node-map mismatch disables communication)."""
+    imex = snap.imex
+    nodes = imex.nodes or []
+    if not nodes and imex.domain is None:
+        return []
+    waiting = [f"node #{n.index} {n.address} {n.status}" for n in nodes if n.status != "READY"]
+    versions = sorted({n.version for n in nodes if n.version})
+    links = imex.links or []
+    evidence = {"domain": imex.domain, "nodes": len(nodes), "not_ready": waiting[:8], "versions": versions,
+                "connections": links[:8]}
+    problems = ([f"domain {imex.domain}"] if imex.domain not in (None, "UP") else []) + waiting[:3] + \
+        ([f"IMEX versions differ ({', '.join(versions)})"] if len(versions) > 1 else []) + \
+        ([f"{len(links)} connection(s) not Connected ({', '.join(links[:3])})"] if links else [])
+    if problems:
+        return [Finding("fabric.imex-domain", "fail", host(snap), "IMEX domain: " + "; ".join(problems), evidence,
+                        "Bring every node of the domain up with the same driver and IMEX version and the same "
+                        "nodes_config.cfg; a node that stays UNAVAILABLE is drained until it rejoins", _IMEX_GUIDE)]
+    return [Finding("fabric.imex-domain", "pass", host(snap),
+                    f"IMEX domain {imex.domain + ': ' if imex.domain else 'of '}{len(nodes)} node(s), all READY", evidence, source=_IMEX_GUIDE)]
