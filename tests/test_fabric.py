@@ -34,6 +34,7 @@ EXPECTED = {   # capture -> its findings of the fabric and dcgm areas, as (id, s
     "virtualclient-t4-diag-r3-pass.dcgmi-diag.json": [("dcgm.diag", "pass", "host")],
     "virtualclient-health-check-healthy.dcgmi-health.json": [("dcgm.health", "pass", "host")],
     "dcgm-issue-263-8gpu-health-check-healthy-despite-recovery-reset.dcgmi-health.json": [("dcgm.health", "pass", "host")],
+    "nvidia-dcgm-userguide-feature-overview-health-warning-pcie-inforom.dcgmi-health.txt": [("dcgm.health", "warn", "host")],
 }
 
 
@@ -148,3 +149,12 @@ def test_each_gpus_fabric_registration_and_health_from_nvidia_smi(name, title):
     """`nvidia-smi -q` Fabric sections, one pasted as a `grep -C3` of it (its command line and '--' kept)."""
     (finding,) = [f for f in api.check([str(FABRIC / name)]).findings if f.id == "gpu.fabric"]
     assert finding.severity == "fail" and title in finding.title
+
+
+def test_dcgm_health_as_a_table_keeps_each_incident_whole():
+    """The user guide's `dcgmi health -c` table: each incident's message joined across the rows it wraps over."""
+    dcgm = import_files([str(FABRIC / "nvidia-dcgm-userguide-feature-overview-health-warning-pcie-inforom."
+                                      "dcgmi-health.txt")]).dcgm
+    assert dcgm.health == "Warning"
+    assert dcgm.incidents == ["PCIe system: Warning - Detected more than 8 PCIe replays per minute for GPU 0: 13",
+                              "InfoROM system: Warning - A corrupt InfoROM has been detected in GPU 1."]

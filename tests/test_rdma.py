@@ -36,6 +36,14 @@ EXPECTED = {
                                                         ("net.ib-port-down", "warn", "mlx5_8 port 1"),
                                                         ("net.ib-rate", "pass", "host")],
     "ib-sriov-cni-readme-cx4-ib0up-ib1down.ibdev2netdev.txt": [("net.ib-port-down", "warn", "mlx5_1 port 1 (ib1)")],
+    "gpud-testdata-ibstat.47.0.h100.some.down.with.polling.1.ibstat.txt": [("net.ib-port-down", "warn", "mlx5_11 port 1"),
+                                                                         ("net.ib-port-down", "warn", "mlx5_5 port 1"),
+                                                                         ("net.ib-rate", "pass", "host")],
+    "nccl-issue489-mlx5_1-down-disabled.ibstatus.txt": [("net.ib-port-down", "fail", "mlx5_1 port 1"),
+                                                        ("net.ib-rate", "pass", "host")],
+    # a ConnectX-7 InfiniBand port at 200 (NDR-capable): only a profile that asks for 400 calls it slow (below)
+    "ucx-issue10868-partial-cx7-ib-rate200-cx6lx-down.ibstat.txt": [("net.ib-port-down", "warn", "mlx5_1 port 1"),
+                                                                    ("net.ib-rate", "pass", "host")],
 }
 
 
@@ -136,3 +144,14 @@ def test_a_nic_firmware_or_rate_unlike_the_fleets_drifts():
     fleet["n1"].rdma_devices[1].model = "MT4123"                  # a ConnectX-6 where the others have a ConnectX-7
     drift = {d.fact.id: d.odd for d in fleet_drift(fleet)}
     assert drift == {"drift.nic-firmware": ["n2"], "drift.nic-rate": ["n3"], "drift.nic-model": ["n1"]}
+
+
+def test_a_real_port_at_half_its_nics_rate_fails_the_profiles_floor():
+    """ucx#10868: a ConnectX-7 (MT4129, NDR 400) InfiniBand port active at 200; a fleet that expects NDR says 400."""
+    from gpuprep.rules import Context, judge_all
+    snap = import_files([str(RDMA / "ucx-issue10868-partial-cx7-ib-rate200-cx6lx-down.ibstat.txt")])
+    port = next(p for p in snap.rdma_devices if p.name == "mlx5_2")
+    assert (port.model, port.rate_gbps, port.link_layer) == ("MT4129", 200.0, "InfiniBand")
+    strict = [(f.severity, f.subject) for f in judge_all(snap, Context(profile={"min_rdma_gbps": 400}))
+              if f.id == "net.ib-rate"]
+    assert strict == [("fail", "mlx5_2 port 1")]

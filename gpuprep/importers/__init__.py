@@ -31,6 +31,7 @@ KINDS: List[Tuple[str, Callable[[str], bool], Importer]] = [
     ("lscpu", hostinfo.looks_like_lscpu, hostinfo.import_lscpu),
     ("nvidia-container-toolkit --version", hostinfo.looks_like_ctk_version, hostinfo.import_ctk_version),
     ("dcgmi diag", dcgm.looks_like_diag_table, dcgm.import_diag_table),
+    ("dcgmi health", dcgm.looks_like_health_table, dcgm.import_health_table),
     # before Fabric Manager: IMEX writes its log lines in the same format
     ("nvidia-imex-ctl, or IMEX status or log", imex.looks_like_imex, imex.import_imex),
     ("Fabric Manager status or log", fabricmanager.looks_like_fabric_manager, fabricmanager.import_fabric_manager),

@@ -1,5 +1,5 @@
 """NVIDIA DCGM captures: `dcgmi diag -r N -j` (JSON), its text table (DCGM 3.x and 4.x layouts), and
-`dcgmi health -c -j`. The live `check --deep` reads the same JSON through these functions."""
+`dcgmi health -c [-j]`. The live `check --deep` reads the same JSON through these functions."""
 from __future__ import annotations
 
 import json
@@ -139,3 +139,49 @@ def health_from_json(data: Any) -> Dcgm:
 
 def import_health_json(text: str, origin: str) -> Snapshot:
     return Snapshot(sources=[origin], dcgm=health_from_json(json.loads(text)))
+
+
+_HEALTH_WORDS = ("Healthy", "Warning", "Failure", "")
+_OVERALL = re.compile(r"Overall Health\s*(?::|\|)\s*(\w+)")
+
+
+def looks_like_health_table(text: str) -> bool:
+    return "Health Monitor Report" in text[:2000] and bool(_OVERALL.search(text))
+
+
+def health_from_table(text: str) -> Dcgm:
+    """`dcgmi health -c` as a table, in either layout: 'GPU ID: 0 | Warning' rows followed by 'PCIe system: Warning -
+    ...' message rows (DCGM's user guide), or '-> Power system | Warning' rows followed by the message (later
+    versions). A message wrapped over rows is joined; a status word alone is not a message."""
+    incidents: List[str] = []
+    current: List[str] = []
+    label = ""
+
+    def flush():
+        if current:
+            message = " ".join(current)
+            incidents.append(f"{label}: {message}" if label.endswith("system") else message)
+            current.clear()
+
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != 4:
+            flush()                                 # a border row ends a message
+            continue
+        left, right = parts[1].strip(), parts[2].strip()
+        if "Overall Health" in left + right or "Health Monitor Report" in left:
+            continue
+        if right in _HEALTH_WORDS:
+            flush()
+            label = left.lstrip("-> ").strip() if left else label
+            continue
+        if left:
+            flush()
+            label = left.lstrip("-> ").strip()
+        current.append(right)
+    flush()
+    return Dcgm(health=_OVERALL.search(text).group(1), incidents=incidents or None)
+
+
+def import_health_table(text: str, origin: str) -> Snapshot:
+    return Snapshot(sources=[origin], dcgm=health_from_table(text))
