@@ -31,4 +31,11 @@ if ! docker image inspect "$SLURM_IMAGE" >/dev/null 2>&1; then
   printf 'FROM %s\nRUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null && rm -rf /var/lib/apt/lists/*\n' "$IMAGE" \
     | docker build --network host -q -t "$SLURM_IMAGE" - >/dev/null
 fi
-echo "docker ready; base image $IMAGE; Slurm image $SLURM_IMAGE"
+# Debian's own dnf, rpm, versionlock plugin and createrepo_c on the base image, for the RHEL path of the roles
+# (tests/test_fabric_role.py): dnf drives a real RPM database and repository there, as on RHEL.
+DNF_IMAGE="${GPUPREP_DNF_IMAGE:-gpuprep-dnf:v1}"
+if ! docker image inspect "$DNF_IMAGE" >/dev/null 2>&1; then
+  printf 'FROM %s\nRUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dnf python3-dnf dnf-plugins-core rpm createrepo-c >/dev/null && rm -rf /var/lib/apt/lists/* && mkdir -p /etc/yum.repos.d && sed -i "s/^enabled = true/enabled = false/" /etc/dnf/plugins/local.conf\n' "$IMAGE" \
+    | docker build --network host -q -t "$DNF_IMAGE" - >/dev/null
+fi
+echo "docker ready; base image $IMAGE; Slurm image $SLURM_IMAGE; dnf image $DNF_IMAGE"

@@ -25,12 +25,15 @@ def docker_ready() -> bool:
         return False
 
 
-def start_nodes(names: List[str]) -> None:
+def start_nodes(names: List[str], image: str = IMAGE) -> None:
     for name in names:
         docker("rm", "-f", name, check=False)
         docker("run", "-d", "--name", name, "--hostname", name, "--cap-add", "SYS_ADMIN", "--cgroupns=host",
                "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
-               "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", IMAGE, "/lib/systemd/systemd")
+               "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", image, "/lib/systemd/systemd")
+
+
+DNF_IMAGE = os.environ.get("GPUPREP_DNF_IMAGE", "gpuprep-dnf:v1")
 
 
 SLURM_IMAGE = os.environ.get("GPUPREP_SLURM_IMAGE", "gpuprep-slurm:v1")

@@ -1,13 +1,17 @@
 """The fabric_manager role on a real systemd container: stand-in packages laid out as NVIDIA's (tests/fakes/
 make-apt-repo) in a local APT repository, nvidia-smi answering from a real capture (driver 590.44.01). Nothing
 where there is no NVSwitch; a version other than the driver's refused with nothing changed; --check --diff changes
-nothing; converge, idempotence, revert."""
+nothing; converge, idempotence, revert. The RHEL path the same way, with Debian's own dnf and rpm driving a real RPM
+database and a local RPM repository of a stand-in laid out as NVIDIA's yum packaging (tests/fakes/
+nvidia-fabricmanager.spec)."""
 import json
+import subprocess
 
 import pytest
 
 from conftest import run_cli
-from containers import docker_ready, node_exec, prepare, remove_nodes, start_nodes, write_inventory
+from containers import (DNF_IMAGE, REPO, docker, docker_ready, node_exec, prepare, remove_nodes, start_nodes,
+                        write_inventory)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow,
               pytest.mark.skipif(not docker_ready(), reason="needs Docker and the base image (.ci/docker-setup.sh)")]
@@ -26,11 +30,11 @@ def node(tmp_path_factory):
     remove_nodes([NODE])
 
 
-def run(inventory, *args, playbook="apply", variables=None):
+def run(inventory, *args, playbook="apply", variables=None, name=NODE):
     extra = ["-e", json.dumps(variables)] if variables else []
     done = run_cli(playbook, "-i", str(inventory), "--tags", "fabric_manager", *extra, *args, "--json", timeout=900)
     assert done.stdout.strip().startswith("{"), done.stdout[-2000:] + done.stderr[-2000:]
-    return done.returncode, json.loads(done.stdout)["hosts"][NODE]
+    return done.returncode, json.loads(done.stdout)["hosts"][name]
 
 
 def installed():
@@ -72,3 +76,59 @@ def test_converges_to_the_drivers_version_held_and_running_idempotent_and_revert
     assert installed() is None
     assert node_exec(NODE, "test", "-e", "/etc/apt/sources.list.d/gpuprep-fabric-manager.list").returncode != 0
     assert node_exec(NODE, "systemctl", "is-active", "nvidia-fabricmanager").stdout.strip() != "active"
+
+
+RPM_NODE = "gpfabric-rpm"
+RPM_REPO = "/srv/gpuprep-rpm-repo"
+RPM_LOCAL = {"fabric_manager_packager": "dnf", "fabric_manager_repo_url": f"file://{RPM_REPO}",
+             "fabric_manager_repo_trusted": True, "fabric_manager_only_with_nvswitch": False}
+
+
+@pytest.fixture(scope="module")
+def rpm_node(tmp_path_factory):
+    """A node whose packages are dnf's: the stand-in RPMs of the driver's version and a later one, in a repository."""
+    if docker("image", "inspect", DNF_IMAGE, check=False).returncode != 0:
+        pytest.fail(f"{DNF_IMAGE} missing: run .ci/docker-setup.sh")
+    start_nodes([RPM_NODE], image=DNF_IMAGE)
+    inventory = write_inventory(tmp_path_factory.mktemp("inv") / "fabric-rpm.yml", [RPM_NODE])
+    prepare(inventory)
+    spec = (REPO / "tests" / "fakes" / "nvidia-fabricmanager.spec").read_text()
+    build = (f"mkdir -p /root/rpmbuild/SPECS {RPM_REPO} && cat > /root/rpmbuild/SPECS/fm.spec && "
+             "for v in 590.44.01 590.48.01; do rpmbuild -bb --quiet --define \"fmversion $v\" --define 'branch 590' "
+             f"/root/rpmbuild/SPECS/fm.spec || exit 1; done && cp /root/rpmbuild/RPMS/x86_64/*.rpm {RPM_REPO}/ && "
+             f"createrepo_c -q {RPM_REPO}")
+    done = subprocess.run(["docker", "exec", "-i", RPM_NODE, "sh", "-c", build], input=spec, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    yield inventory
+    remove_nodes([RPM_NODE])
+
+
+def rpm_installed():
+    done = node_exec(RPM_NODE, "rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", "nvidia-fabricmanager")
+    return done.stdout if done.returncode == 0 else None
+
+
+def version_locks():
+    return [line for line in node_exec(RPM_NODE, "dnf", "-q", "versionlock", "list").stdout.splitlines() if line]
+
+
+def test_the_rhel_path_installs_the_drivers_rpm_locks_it_is_idempotent_and_reverts(rpm_node):
+    code, host = run(rpm_node, "--check", "--diff", variables=RPM_LOCAL, name=RPM_NODE)
+    assert code == 0 and host["changed"] > 0, host
+    assert rpm_installed() is None and version_locks() == []                        # --check changed nothing
+    assert node_exec(RPM_NODE, "test", "-e", "/etc/yum.repos.d/gpuprep-fabric-manager.repo").returncode != 0
+    code, host = run(rpm_node, variables=RPM_LOCAL, name=RPM_NODE)
+    assert code == 0 and host["changed"] > 0, host["failed_tasks"]
+    assert rpm_installed() == "590.44.01-1"                        # the driver's version, not the newer 590.48.01
+    assert version_locks() == ["nvidia-fabricmanager-0:590.44.01-1.*"]
+    assert node_exec(RPM_NODE, "systemctl", "is-active", "nvidia-fabricmanager").stdout.strip() == "active"
+    upgrade = node_exec(RPM_NODE, "dnf", "-y", "-q", "upgrade", "nvidia-fabricmanager")
+    assert upgrade.returncode == 0 and rpm_installed() == "590.44.01-1", upgrade.stderr     # the lock holds
+    code, host = run(rpm_node, variables=RPM_LOCAL, name=RPM_NODE)
+    assert code == 0 and host["changed"] == 0, host["changed_tasks"]                 # idempotent
+    code, host = run(rpm_node, playbook="revert", name=RPM_NODE)
+    assert code == 0, host
+    assert rpm_installed() is None and version_locks() == []
+    assert node_exec(RPM_NODE, "test", "-e", "/etc/yum.repos.d/gpuprep-fabric-manager.repo").returncode != 0
+    assert node_exec(RPM_NODE, "systemctl", "is-active", "nvidia-fabricmanager").stdout.strip() != "active"

@@ -11,8 +11,11 @@ from ..snapshot import Dcgm, DcgmTest, Snapshot
 _STATUS = re.compile(r"^(Pass|Fail|Warn|Skip)\b", re.I)
 
 
+_DIAG_KEYS = ("DCGM GPU Diagnostic", "DCGM Diagnostic")        # DCGM 2.x-3.x, 4.x
+
+
 def looks_like_diag_json(text: str) -> bool:
-    return text.lstrip().startswith("{") and '"DCGM GPU Diagnostic"' in text[:200]
+    return text.lstrip().startswith("{") and any(f'"{key}"' in text[:200] for key in _DIAG_KEYS)
 
 
 def looks_like_health_json(text: str) -> bool:
@@ -23,32 +26,57 @@ def looks_like_diag_table(text: str) -> bool:
     return bool(re.search(r"^\|\s*Diagnostic\s*\|\s*Result\s*\|", text, re.M))
 
 
+def _texts(value: Any) -> List[str]:
+    """A message field: a string (3.x 'info'), or a list of strings or of {'message'|'warning': ...} (4.x)."""
+    if isinstance(value, list):
+        return [s for v in value for s in _texts(v)]
+    if isinstance(value, dict):
+        text = value.get("message", value.get("warning"))
+        return [str(text)] if text else []
+    return [str(value)] if value not in (None, "") else []
+
+
 def _messages(result: dict) -> List[str]:
-    out = [str(result["info"])] if result.get("info") else []
-    for warning in result.get("warnings") or []:
-        out.append(str(warning.get("message") if isinstance(warning, dict) else warning))
-    return out
+    return _texts(result.get("info")) + _texts(result.get("warnings"))
+
+
+def _gpu(result: dict) -> Optional[str]:
+    """3.x names the GPUs of a result ('gpu_ids'); 4.x names one entity (a GPU, or a CPU, NVSwitch...)."""
+    if result.get("gpu_ids") not in (None, ""):
+        return str(result["gpu_ids"])
+    if result.get("entity_id") is not None:
+        group = str(result.get("entity_group") or "GPU")
+        return str(result["entity_id"]) if group == "GPU" else f"{group} {result['entity_id']}"
+    return None
 
 
 def _test_from_json(test: dict, category: Optional[str]) -> DcgmTest:
     results = [r for r in test.get("results") or [] if isinstance(r, dict)]
-    statuses = [str(r.get("status", "")) for r in results]
-    status = next((s for s in ("Fail", "Warn", "Pass", "Skip") if s in statuses), statuses[0] if statuses else "")
-    gpus = ",".join(str(r["gpu_ids"]) for r in results if r.get("gpu_ids") not in (None, ""))
-    messages = [m for r in results if r.get("status") in ("Fail", "Warn") for m in _messages(r)]
+    summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else {}
+    statuses = [str(r.get("status", "")) for r in results] + [str(summary.get("status", ""))]
+    status = next((s for s in ("Fail", "Warn", "Pass", "Skip") if s in statuses), statuses[0])
+    bad = [r for r in results if r.get("status") in ("Fail", "Warn")]
+    gpus = ",".join(g for g in (_gpu(r) for r in (bad or results)) if g)
+    messages = [m for r in bad for m in _messages(r)]
+    if status in ("Fail", "Warn"):
+        messages += _texts(summary.get("info")) + _texts(summary.get("warnings"))
     return DcgmTest(name=str(test.get("name")), status=status, category=category, gpus=gpus or None,
                     messages=messages or None)
 
 
 def diag_from_json(data: Any) -> Dcgm:
-    """DCGM 3.x's `-j` document: test_categories -> tests -> results (status, gpu_ids, info, warnings)."""
-    body = data.get("DCGM GPU Diagnostic") if isinstance(data, dict) else None
+    """`dcgmi diag -j`: test_categories -> tests -> results (status; GPUs; info, warnings), as DCGM 2.x-3.x write it
+    ('DCGM GPU Diagnostic', 'Metadata') and as 4.x does ('DCGM Diagnostic', one result per entity, a test_summary,
+    warnings as objects, 'metadata')."""
+    body = next((data[k] for k in _DIAG_KEYS if k in data), None) if isinstance(data, dict) else None
     if not isinstance(body, dict) or not isinstance(body.get("test_categories"), list):
-        raise ValueError("no 'DCGM GPU Diagnostic' test_categories")
+        raise ValueError("no 'DCGM Diagnostic' test_categories")
     tests = [_test_from_json(test, category.get("category")) for category in body["test_categories"]
              if isinstance(category, dict) for test in category.get("tests") or [] if isinstance(test, dict)]
-    metadata = data.get("Metadata") if isinstance(data.get("Metadata"), dict) else {}
-    return Dcgm(version=metadata.get("DCGM Version"), tests=tests)
+    old, new = data.get("Metadata"), data.get("metadata")
+    version = (old or {}).get("DCGM Version") if isinstance(old, dict) else None
+    version = version or ((new or {}).get("version") if isinstance(new, dict) else None)
+    return Dcgm(version=str(version) if version else None, tests=tests)
 
 
 def import_diag_json(text: str, origin: str) -> Snapshot:
