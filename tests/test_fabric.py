@@ -32,6 +32,9 @@ EXPECTED = {   # capture -> its findings of the fabric and dcgm areas, as (id, s
     "dcgm-issue-253-l40s-diag-4.2.3-pcie-fail.dcgmi-diag.txt": [("dcgm.diag", "fail", "DCGM pcie")],
     "dcgm-issue-253-b200-diag-r2-4.4.1-pcie-fail.dcgmi-diag.txt": [("dcgm.diag", "fail", "DCGM pcie")],
     "virtualclient-t4-diag-r3-pass.dcgmi-diag.json": [("dcgm.diag", "pass", "host")],
+    # DCGM 4.x's document ("DCGM Diagnostic", a result per entity, a test_summary): GB10, persistence mode off
+    "glimmer-burnin-gb10-level1-dcgm423.dcgmi-diag.json": [("dcgm.diag", "fail", "DCGM software (GPUs 0)")],
+    "glimmer-burnin-gb10-level2-plugins-allowed-dcgm452.dcgmi-diag.json": [("dcgm.diag", "fail", "DCGM software (GPUs 0)")],
     "virtualclient-health-check-healthy.dcgmi-health.json": [("dcgm.health", "pass", "host")],
     "dcgm-issue-263-8gpu-health-check-healthy-despite-recovery-reset.dcgmi-health.json": [("dcgm.health", "pass", "host")],
     "nvidia-dcgm-userguide-feature-overview-health-warning-pcie-inforom.dcgmi-health.txt": [("dcgm.health", "warn", "host")],
@@ -158,3 +161,25 @@ def test_dcgm_health_as_a_table_keeps_each_incident_whole():
     assert dcgm.health == "Warning"
     assert dcgm.incidents == ["PCIe system: Warning - Detected more than 8 PCIe replays per minute for GPU 0: 13",
                               "InfoROM system: Warning - A corrupt InfoROM has been detected in GPU 1."]
+
+
+def test_dcgm_4_reports_each_test_in_its_own_words_once():
+    dcgm = import_files([str(FABRIC / "glimmer-burnin-gb10-level2-plugins-allowed-dcgm452.dcgmi-diag.json")]).dcgm
+    assert dcgm.version == "4.5.2"
+    assert [(t.name, t.status, t.category) for t in dcgm.tests] == [
+        ("software", "Fail", "Deployment"), ("memory", "Pass", "Hardware"), ("pcie", "Pass", "Integration")]
+    (software,) = [t for t in dcgm.tests if t.status == "Fail"]
+    assert len(software.messages) == len(set(software.messages)) and "Persistence mode for GPU 0 is disabled" in \
+        software.messages[0]
+
+
+def test_check_deep_reads_dcgm_4s_report(tmp_path, monkeypatch):
+    """dcgmi exits non-zero when a test fails (226 here) and still prints its report: the report is judged."""
+    from gpuprep.probe.dcgm import probe_dcgm
+    from gpuprep.snapshot import Snapshot
+    report = FABRIC / "glimmer-burnin-gb10-level1-dcgm423.dcgmi-diag.json"
+    _stand_in(tmp_path, "dcgmi", f'case "$1" in diag) cat "{report}"; exit 226;; health) exit 255;; esac\n')
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    snap = Snapshot(dcgm=probe_dcgm(level=1))
+    assert (snap.dcgm.version, snap.dcgm.missing) == ("4.2.3", None)
+    assert judged(snap) == [("dcgm.diag", "fail", "DCGM software (GPUs 0)")]

@@ -60,6 +60,7 @@ def _test_from_json(test: dict, category: Optional[str]) -> DcgmTest:
     messages = [m for r in bad for m in _messages(r)]
     if status in ("Fail", "Warn"):
         messages += _texts(summary.get("info")) + _texts(summary.get("warnings"))
+    messages = list(dict.fromkeys(messages))          # 4.x repeats a result's warning in its test_summary
     return DcgmTest(name=str(test.get("name")), status=status, category=category, gpus=gpus or None,
                     messages=messages or None)
 
