@@ -278,6 +278,7 @@ class Toolkit:
 class Software:
     driver_version: Optional[str] = None
     kernel_module_version: Optional[str] = None
+    kernel_module_flavor: Optional[str] = None   # open | proprietary: NVIDIA's "UNIX Open Kernel Module" or not
     cuda_driver_version: Optional[str] = None
     cuda_toolkits: Optional[List[Toolkit]] = None
     cudnn_version: Optional[str] = None

@@ -183,3 +183,18 @@ def test_check_deep_reads_dcgm_4s_report(tmp_path, monkeypatch):
     snap = Snapshot(dcgm=probe_dcgm(level=1))
     assert (snap.dcgm.version, snap.dcgm.missing) == ("4.2.3", None)
     assert judged(snap) == [("dcgm.diag", "fail", "DCGM software (GPUs 0)")]
+
+
+def test_dcgm_health_json_incidents_are_read_from_their_wrapped_lines():
+    """`dcgmi health -c -j` keeps an incident only as its wrapped lines ('overflow'; DCGM's Health.cpp wraps at 54
+    characters): the document's shape as DCGM's source writes it, the words of the user guide's PCIe incident
+    (tests/corpus/fabric, the table form of the same report)."""
+    from gpuprep.importers.dcgm import health_from_json
+    report = {"header": ["Health Monitor Report"],
+              "body": {"GPU": {"children": {"0": {"value": "Warning", "children": {"Errors": {"children": {
+                  "PCIe system": {"value": "Warning", "overflow": [
+                      "Detected more than 8 PCIe replays per minute for GPU", "0: 13"]}}}}}}},
+                  "Overall Health": {"value": "Warning"}}}
+    dcgm = health_from_json(report)
+    assert dcgm.health == "Warning"
+    assert dcgm.incidents == ["PCIe system: Detected more than 8 PCIe replays per minute for GPU 0: 13"]

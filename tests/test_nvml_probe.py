@@ -278,7 +278,7 @@ def test_live_probe_with_a_fake_root_and_the_nvml_stand_in(tmp_path):
     assert snap.system.hostname == "gpu-node-7"
     assert snap.kernel_modules["nouveau"] is True and snap.kernel_modules["nvidia_peermem"] is False
     assert snap.settings.cpu_governors == ["powersave"] and snap.settings.numa_balancing == 1
-    assert snap.software.kernel_module_version == "565.57.01"
+    assert (snap.software.kernel_module_version, snap.software.kernel_module_flavor) == ("565.57.01", "proprietary")
     assert snap.numa_nodes[0].cpulist == "0-55,112-167"
     assert snap.env == {"NCCL_SOCKET_IFNAME": "ib"}
     assert len(snap.gpus) == 8 and snap.software.driver_version == "565.57.01"

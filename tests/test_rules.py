@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import corpus
+from conftest import REPO, corpus
 from gpuprep.importers import import_files, import_text
 from gpuprep.rules import Context, evaluate
 from gpuprep.snapshot import RdmaDevice, Snapshot, Toolkit, TorchInfo
@@ -200,6 +200,22 @@ def test_system_rules_on_edited_live_style_facts():
     snap.system.kernel_cmdline += " iommu=pt"
     snap.settings.cpu_governors = ["performance"]
     assert verdicts(snap, "sys.iommu") == ["pass"] and verdicts(snap, "sys.cpu-governor") == ["pass"]
+
+
+def test_gpudirect_rdma_through_dma_buf_needs_no_peermem():
+    """The open kernel modules (named so in the driver's own banner: a real kernel log in tests/data/broken) export
+    GPU memory as dma-buf on Linux 5.12+: GPUDirect RDMA without nvidia_peermem. The proprietary ones need it."""
+    log = import_files([str(REPO / "tests/data/broken/ogkm-829-xid120-gsp-crashcat-journal.dmesg.txt")])
+    assert (log.software.kernel_module_flavor, log.software.kernel_module_version) == ("open", "575.51.02")
+    snap = load(H100)
+    snap.kernel_modules = {"nvidia": True, "nvidia_peermem": False}
+    snap.rdma_devices = [RdmaDevice(name="mlx5_0", link_layer="InfiniBand", state="4: ACTIVE")]
+    snap.software.kernel_module_flavor, snap.system.kernel = "open", "6.8.0-45-generic"
+    assert verdicts(snap, "sys.peermem-missing") == ["pass"]
+    snap.system.kernel = "5.4.0-216-generic"                         # before dma-buf export of GPU memory
+    assert verdicts(snap, "sys.peermem-missing") == ["warn"]
+    snap.software.kernel_module_flavor, snap.system.kernel = "proprietary", "6.8.0-45-generic"
+    assert verdicts(snap, "sys.peermem-missing") == ["warn"]
 
 
 def test_container_rules():

@@ -149,13 +149,22 @@ def import_diag_table(text: str, origin: str) -> Snapshot:
 
 
 def _strings(value: Any) -> List[str]:
-    """Every message-like string below a JSON value (incidents sit at varying depths across DCGM versions)."""
-    if isinstance(value, dict):
-        return [s for k, v in value.items() for s in ([str(v)] if k in ("message", "error") and isinstance(v, str)
-                                                      else _strings(v))]
+    """Every incident below a JSON value (they sit at varying depths across DCGM versions): a 'message' or 'error'
+    string, or a system's 'overflow' list, the message DCGM wrapped at 54 characters ('PCIe system': {'value':
+    'Warning', 'overflow': [...]}), joined back and named by its system."""
     if isinstance(value, list):
         return [s for v in value for s in _strings(v)]
-    return []
+    if not isinstance(value, dict):
+        return []
+    found = []
+    for key, item in value.items():
+        if key in ("message", "error") and isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, dict) and isinstance(item.get("overflow"), list):
+            found.append(f"{key}: " + " ".join(str(line).strip() for line in item["overflow"]))
+        else:
+            found += _strings(item)
+    return found
 
 
 def health_from_json(data: Any) -> Dcgm:

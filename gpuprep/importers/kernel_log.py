@@ -100,9 +100,23 @@ def parse_events(lines: Iterable[str]) -> List[XidEvent]:
     return events
 
 
+# "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  575.51.02  Release Build ..." (the open GPU kernel modules)
+# or "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.104.05 ..."; /proc/driver/nvidia/version says the same
+MODULE_BANNER = re.compile(r"NVIDIA UNIX (Open )?(?:\S+ )?Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
+
+
+def module_flavor(text: str):
+    """(flavor, version) of the last NVIDIA kernel module banner in `text`, or (None, None)."""
+    found = list(MODULE_BANNER.finditer(text))
+    if not found:
+        return None, None
+    return ("open" if found[-1].group(1) else "proprietary"), found[-1].group(2)
+
+
 def import_kernel_log(text: str, origin: str) -> Snapshot:
     snap = Snapshot(sources=[origin])
     lines = _joined(text).splitlines()
+    snap.software.kernel_module_flavor, snap.software.kernel_module_version = module_flavor(text)
     snap.xids = parse_events(lines)
     with_xid79 = {e.pci for e in snap.xids if e.code == 79}
     for line in lines:

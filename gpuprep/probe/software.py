@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from typing import List, Optional
 
+from ..importers.kernel_log import module_flavor
 from ..snapshot import Software, Toolkit, TorchInfo
 from .system import Root
 
@@ -18,9 +19,9 @@ _TIMEOUT = 5
 def probe_software(root: Root) -> Software:
     software = Software()
     proc_version = root.read("/proc/driver/nvidia/version") or ""
-    match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", proc_version)
-    software.kernel_module_version = (match.group(1) if match else None) or \
-        root.first_line("/sys/module/nvidia/version")
+    flavor, version = module_flavor(proc_version)
+    software.kernel_module_flavor = flavor
+    software.kernel_module_version = version or root.first_line("/sys/module/nvidia/version")
     software.cuda_toolkits = _toolkits(root) or None
     software.cudnn_version = _header_version(root, "cudnn_version.h", "CUDNN") or \
         _header_version(root, "cudnn.h", "CUDNN")

@@ -2,6 +2,8 @@
 `hpc-compute` profiles, NCCL's requirements)."""
 from __future__ import annotations
 
+import re
+
 from ..module_utils.gpuprep_sshd import password_methods_on, root_key_only
 from . import Finding, host, rule
 
@@ -17,17 +19,32 @@ def nouveau(snap, ctx):
     return [Finding("sys.nouveau-loaded", "pass", host(snap), "nouveau is not loaded")]
 
 
+def _dma_buf(snap) -> bool:
+    """GPUDirect RDMA without nvidia_peermem: NVIDIA's open kernel modules export GPU memory as dma-buf on Linux
+    5.12 and later (NVIDIA's GPUDirect RDMA guide), which NCCL 2.19+ and UCX use by themselves."""
+    kernel = re.match(r"(\d+)\.(\d+)", snap.system.kernel or "")
+    return snap.software.kernel_module_flavor == "open" and bool(kernel) and \
+        (int(kernel.group(1)), int(kernel.group(2))) >= (5, 12)
+
+
 @rule("sys.peermem-missing")
 def peermem(snap, ctx):
     mods = snap.kernel_modules
     rdma = [d for d in snap.rdma_devices or []]
     if not mods or not rdma or not snap.gpus:
         return []
-    if not mods.get("nvidia_peermem"):
-        return [Finding("sys.peermem-missing", "warn", host(snap),
-                        "RDMA devices present but nvidia_peermem is not loaded (no GPUDirect RDMA)",
-                        {"rdma_devices": [d.name for d in rdma]}, "modprobe nvidia_peermem (and add it to /etc/modules-load.d)")]
-    return [Finding("sys.peermem-missing", "pass", host(snap), "nvidia_peermem loaded")]
+    evidence = {"rdma_devices": sorted({d.name for d in rdma}), "nvidia_peermem": bool(mods.get("nvidia_peermem")),
+                "kernel": snap.system.kernel, "kernel_module": snap.software.kernel_module_flavor}
+    if mods.get("nvidia_peermem"):
+        return [Finding("sys.peermem-missing", "pass", host(snap), "nvidia_peermem loaded", evidence)]
+    if _dma_buf(snap):
+        return [Finding("sys.peermem-missing", "pass", host(snap),
+                        "GPUDirect RDMA through dma-buf (open kernel modules, Linux 5.12+): nvidia_peermem not needed",
+                        evidence, source="NVIDIA GPUDirect RDMA guide")]
+    return [Finding("sys.peermem-missing", "warn", host(snap),
+                    "RDMA devices present but nvidia_peermem is not loaded (no GPUDirect RDMA)", evidence,
+                    "modprobe nvidia_peermem (and add it to /etc/modules-load.d), or use NVIDIA's open kernel modules "
+                    "on Linux 5.12+ for dma-buf", "NVIDIA GPUDirect RDMA guide")]
 
 
 @rule("sys.cpu-governor")
