@@ -23,5 +23,7 @@ if [ "${GPUPREP_SKIP_DOCKER:-0}" != "1" ]; then
   export GPUPREP_REQUIRE_DOCKER=1   # container tests must run here, not skip
 fi
 
-# the slowest tests are listed at the end, so a suite that grows past its time budget shows where
-exec "$VENV/bin/python" -m pytest -q --durations=25 "$@"
+# Two workers, each test file whole in one (a file's containers and module fixtures are its own; their names are
+# unique across files): the container tests wait on systemd and Ansible more than they compute. -n 0 runs serially.
+# The slowest tests are listed at the end, so a suite that grows past its time budget shows where.
+exec "$VENV/bin/python" -m pytest -q -n "${GPUPREP_TEST_WORKERS:-2}" --dist loadfile --durations=25 "$@"
