@@ -155,3 +155,55 @@ def test_a_real_port_at_half_its_nics_rate_fails_the_profiles_floor():
     strict = [(f.severity, f.subject) for f in judge_all(snap, Context(profile={"min_rdma_gbps": 400}))
               if f.id == "net.ib-rate"]
     assert strict == [("fail", "mlx5_2 port 1")]
+
+
+def _on_numa_nodes(gpu_nodes, nic_nodes, env=None):
+    """The real ibstat of an 8-port NDR host (gpud), its ports placed on NUMA nodes as /sys would say, beside GPUs."""
+    from gpuprep.snapshot import Gpu
+    snap = import_files([str(RDMA / "gpud-h100-ndr-all-active.ibstat.txt")])
+    for port in snap.rdma_devices:
+        port.numa_node = nic_nodes.get(port.name, 0)
+    snap.gpus = [Gpu(index=i, numa_node=n) for i, n in enumerate(gpu_nodes)]
+    snap.env = env or {}
+    return [f for f in net_findings(snap) if f[0] == "net.nic-placement"]
+
+
+def test_a_nic_on_a_numa_node_without_gpus_is_named_from_sys():
+    assert _on_numa_nodes([0] * 8, {}) == [("net.nic-placement", "pass", "host")]
+    assert _on_numa_nodes([0] * 4 + [1] * 4, {"mlx5_4": 1}) == [("net.nic-placement", "pass", "host")]
+    # NCCL picks the NICs near each GPU: a far one is information (a storage NIC) ...
+    assert _on_numa_nodes([0] * 8, {"mlx5_4": 1}) == [("net.nic-placement", "info", "mlx5_4")]
+    assert _on_numa_nodes([0] * 8, {"mlx5_4": 1}, {"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}) == \
+        [("net.nic-placement", "info", "mlx5_4")]
+    # ... and a warning once NCCL will use it: NCCL_IB_HCA names it, or a GPU has no NIC on its NUMA node
+    assert _on_numa_nodes([0] * 8, {"mlx5_4": 1}, {"NCCL_IB_HCA": "mlx5"}) == \
+        [("net.nic-placement", "warn", "mlx5_4")]
+    every_nic_far = {name: 1 for name in ("mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8",
+                                          "mlx5_9", "mlx5_bond_0")}
+    assert {f[1] for f in _on_numa_nodes([0] * 8, every_nic_far)} == {"warn"}
+
+
+# real topo -m captures -> the NIC-side placement findings (the GPU side is topo.gpu-nic-affinity)
+PLACEMENT = {
+    "h100-sxm-x8-ib-penny.topo-m.txt": [("net.nic-placement", "pass", "host")],
+    "asus-esc8000a-e12-4x-rtx6000ada.topo-m.txt": [("net.nic-placement", "pass", "host")],
+    "th2k-4x-v100-sxm2.topo-m.txt": [("net.nic-placement", "pass", "host")],
+    # DGX A100 layout: the storage card (mlx5_8/9) is SYS to every GPU, each GPU pair has its own NIC
+    "oyanghd-8x-a100-epyc7742-storage-nics-sys.topo-m.txt": [("net.nic-placement", "info", "mlx5_8"),
+                                                             ("net.nic-placement", "info", "mlx5_9")],
+    # every GPU on one socket, the only NIC on the other: NCCL's traffic crosses the CPU interconnect
+    "horovod-288-4x-v100-one-socket-mlx5-sys.partial.topo-m.txt": [("net.nic-placement", "warn", "mlx5_0")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLACEMENT))
+def test_nic_placement_from_real_topo_captures(name):
+    found = [f for f in net_findings(import_files([str(CORPUS / name)])) if f[0] == "net.nic-placement"]
+    assert found == sorted(PLACEMENT[name])
+
+
+def test_nic_placement_is_unknown_without_numa_nodes_or_gpus():
+    # a VM's GPUs (NUMA -1) and a capture without GPUs say nothing about GPUDirect placement
+    assert _on_numa_nodes([-1] * 8, {"mlx5_4": 1}) == []
+    snap = import_files([str(RDMA / "gpud-h100-ndr-all-active.ibstat.txt")])
+    assert [f for f in net_findings(snap) if f[0] == "net.nic-placement"] == []

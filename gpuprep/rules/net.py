@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from typing import Dict, Optional
 
+from ..importers.topo import nic_device_name
 from . import Finding, host, rule
+from .topology import RDMA_PREFIXES
 
 def _word(text: Optional[str]) -> str:
     """'4: ACTIVE', 'Active', 'PORT_ACTIVE (4)' -> 'ACTIVE'; '5: LinkUp', 'LINK_UP (5)' -> 'LINKUP'."""
@@ -188,3 +190,101 @@ def roce_gid(snap, ctx):
                                     f"Give {port.netdev or 'its netdev'} an address (RoCE v2 needs an IP), then "
                                     "check `show_gids`"))
     return findings
+
+
+# topo -m's words for the path from a NIC to a GPU, nearest first (SOC: SYS before CUDA 9); GPUDirect RDMA is fast
+# over the first two
+_PATHS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+_OLD_NAMES = {"SOC": "SYS"}
+
+
+def _topo_paths(topo, name: str) -> Optional[list]:
+    """The paths from the NIC `name` to every GPU in topo -m, or None when topo -m does not list it."""
+    if not topo:
+        return None
+    columns = [c for c in topo.nics() if nic_device_name(topo, c) == name]
+    if not columns:
+        return None
+    paths = [topo.matrix.get(gpu, {}).get(columns[0]) for gpu in topo.gpus()]
+    return [_OLD_NAMES.get(p, p) for p in paths]
+
+
+def _gpu_numa_nodes(snap) -> set:
+    """The NUMA nodes the GPUs sit on (NVML, else topo -m's NUMA Affinity); -1 (a VM, no NUMA) counts as unknown."""
+    nodes = {g.numa_node for g in snap.gpus or []}
+    if snap.topology:
+        nodes |= {snap.topology.numa_affinity.get(g) for g in snap.topology.gpus()}
+    return {n for n in nodes if isinstance(n, int) and n >= 0}
+
+
+def _placement(snap, name: str, numa_node: Optional[int]) -> Optional[tuple]:
+    """(nearest path to a GPU, where that was read) for one NIC, or None when neither topo -m nor NUMA nodes say."""
+    paths = [p for p in _topo_paths(snap.topology, name) or [] if p in _PATHS]
+    if paths:
+        return min(paths, key=_PATHS.index), "nvidia-smi topo -m"
+    gpu_nodes = _gpu_numa_nodes(snap)
+    if numa_node is None or numa_node < 0 or not gpu_nodes:
+        return None
+    return ("NODE" if numa_node in gpu_nodes else "SYS"), f"NUMA node {numa_node}, GPUs on {sorted(gpu_nodes)}"
+
+
+def _rdma_nics(snap) -> Dict[str, Optional[int]]:
+    """Each RDMA device of the host (from /sys or captures, and topo -m's NIC legend) with its NUMA node."""
+    nics: Dict[str, Optional[int]] = {}
+    for port in snap.rdma_devices or []:
+        if nics.get(port.name) is None:
+            nics[port.name] = port.numa_node
+    if snap.topology:
+        for column in snap.topology.nics():
+            name = nic_device_name(snap.topology, column)
+            if name.startswith(RDMA_PREFIXES):
+                nics.setdefault(name, None)
+    return nics
+
+
+def _stranded_gpus(snap, nics: Dict[str, Optional[int]]) -> list:
+    """The GPUs with no RDMA NIC nearer than the CPU interconnect: NCCL carries their traffic through a far NIC."""
+    topo = snap.topology
+    if topo and any(_topo_paths(topo, name) for name in nics):
+        paths = {name: _topo_paths(topo, name) or [] for name in nics}
+        return [gpu for i, gpu in enumerate(topo.gpus())
+                if all(p[i] in ("SYS", None) for p in paths.values() if len(p) > i)]
+    nic_nodes = {n for n in nics.values() if n is not None and n >= 0}
+    return [f"GPU{g.index}" for g in snap.gpus or [] if nic_nodes and g.numa_node is not None and g.numa_node >= 0
+            and g.numa_node not in nic_nodes]
+
+
+@rule("net.nic-placement")
+def nic_placement(snap, ctx):
+    """An RDMA NIC with no GPU on its PCIe switch or NUMA node: GPUDirect RDMA through it crosses the CPU
+    interconnect (topo -m's SYS). Judged from topo -m where it lists the NIC, else from the NUMA nodes /sys and
+    NVML give; only on hosts with GPUs. NCCL picks the NICs nearest each GPU, so such a NIC (often storage, as on
+    DGX A100) is information; a warning where NCCL will use it: NCCL_IB_HCA names it, or some GPU has no nearer NIC."""
+    if not snap.gpus and not (snap.topology and snap.topology.gpus()):
+        return []
+    nics, wanted = _rdma_nics(snap), nccl_hcas(snap)
+    stranded = _stranded_gpus(snap, nics)
+    findings, judged = [], 0
+    for name, numa_node in sorted(nics.items()):
+        placed = _placement(snap, name, numa_node)
+        if placed is None:
+            continue
+        judged += 1
+        if placed[0] == "SYS":
+            named = bool(wanted and wanted.selects(name))
+            findings.append(_far_nic(name, placed[1], named or bool(stranded), stranded, snap))
+    if judged and not findings:
+        return [Finding("net.nic-placement", "pass", host(snap),
+                        f"{judged} RDMA NIC(s), each with a GPU on its PCIe switch or NUMA node")]
+    return findings
+
+
+def _far_nic(name: str, read_from: str, used: bool, stranded: list, snap) -> Finding:
+    return Finding("net.nic-placement", "warn" if used else "info", name,
+                   "RDMA NIC with no GPU on its PCIe switch or NUMA node" +
+                   (f"; NCCL carries {len(stranded)} GPU(s) through such a NIC" if stranded else ""),
+                   {"nearest_gpu_path": "SYS", "read_from": read_from, "gpus_without_a_nearer_nic": stranded,
+                    "nccl_ib_hca": (snap.env or {}).get("NCCL_IB_HCA")},
+                   "GPUDirect RDMA through this NIC crosses the CPU interconnect: fine for storage; for training "
+                   "traffic move it to a slot on a GPU's socket, or leave it out of NCCL_IB_HCA so NCCL uses the NICs "
+                   "near each GPU")

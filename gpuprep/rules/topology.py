@@ -9,6 +9,7 @@ from ..module_utils.gpuprep_lspci import acs_unreadable, is_gpu, redirecting, sw
 from . import Finding, all_gpus, gpu_subject, host, rule
 
 _NEAR = ("PIX", "PXB")
+RDMA_PREFIXES = ("mlx", "ib", "bnxt_re", "efa", "irdma")    # RDMA device names, as topo -m's legend gives them
 
 
 @rule("topo.p2p-path")
@@ -73,7 +74,7 @@ def gpu_nic_affinity(snap, ctx):
     topo = snap.topology
     if not topo:
         return []
-    rdma_nics = [n for n in topo.nics() if nic_device_name(topo, n).startswith(("mlx", "ib", "bnxt_re", "efa", "irdma"))]
+    rdma_nics = [n for n in topo.nics() if nic_device_name(topo, n).startswith(RDMA_PREFIXES)]
     if not rdma_nics:
         return []
     out = []
@@ -95,8 +96,6 @@ def gpu_nic_affinity(snap, ctx):
     return out
 
 
-_RDMA_DRIVERS = ("mlx", "ib", "bnxt_re", "efa", "irdma")    # RDMA device name prefixes, as topo -m's legend names them
-
 
 def _usable_rdma_nics(snap, minimum: float) -> Optional[List[str]]:
     """The RDMA NICs a job could use: active and fast enough where /sys says, else the ones topo -m names; None
@@ -107,7 +106,7 @@ def _usable_rdma_nics(snap, minimum: float) -> Optional[List[str]]:
     if not snap.topology:
         return None
     names = [nic_device_name(snap.topology, n) for n in snap.topology.nics()]
-    names = [n for n in names if n.startswith(_RDMA_DRIVERS)]
+    names = [n for n in names if n.startswith(RDMA_PREFIXES)]
     if any("eth" in n for n in names) and any("_ib" in n for n in names):
         names = [n for n in names if "_ib" in n]     # IB ports for compute, the Ethernet ones for storage
     return names
