@@ -38,6 +38,10 @@ EXPECTED = {   # capture -> its findings of the fabric and dcgm areas, as (id, s
     "virtualclient-health-check-healthy.dcgmi-health.json": [("dcgm.health", "pass", "host")],
     "dcgm-issue-263-8gpu-health-check-healthy-despite-recovery-reset.dcgmi-health.json": [("dcgm.health", "pass", "host")],
     "nvidia-dcgm-userguide-feature-overview-health-warning-pcie-inforom.dcgmi-health.txt": [("dcgm.health", "warn", "host")],
+    # lspci says the host has NVSwitches; alone it says nothing of Fabric Manager (below, with its state)
+    "nvidia-fm-guide-hgx-a100-6-nvswitches.lspci.txt": [],
+    "nvidia-fm-guide-hgx-h100-4-nvswitches.lspci.txt": [],
+    "nvidia-fm-guide-hgx-b200-cx7-bridge-no-pcie-nvswitch.lspci.txt": [],
 }
 
 
@@ -198,3 +202,41 @@ def test_dcgm_health_json_incidents_are_read_from_their_wrapped_lines():
     dcgm = health_from_json(report)
     assert dcgm.health == "Warning"
     assert dcgm.incidents == ["PCIe system: Detected more than 8 PCIe replays per minute for GPU 0: 13"]
+
+
+@pytest.mark.parametrize("name, switches", [
+    ("nvidia-fm-guide-hgx-a100-6-nvswitches.lspci.txt", 6),
+    ("nvidia-fm-guide-hgx-h100-4-nvswitches.lspci.txt", 4),
+    # fourth-generation NVSwitches hang off a ConnectX-7 bridge: no PCIe devices of the host
+    ("nvidia-fm-guide-hgx-b200-cx7-bridge-no-pcie-nvswitch.lspci.txt", 0),
+])
+def test_nvswitches_are_counted_from_plain_lspci(name, switches):
+    from gpuprep.module_utils.gpuprep_lspci import is_nvswitch
+    pci = import_files([str(FABRIC / name)]).pci
+    assert sum(is_nvswitch({"class": d.kind, "name": d.name}) for d in pci) == switches
+    assert sum(d.kind == "3D controller" for d in pci) == 8
+
+
+def test_lspci_nn_names_and_chipset_bridges():
+    """`lspci -nn` puts the class code after the class ([0680]); NVIDIA's nForce chipsets had Bridge-class Ethernet
+    (lspci -nnk of an MCP61 board) that is no NVSwitch. The -nn line is gpud's (fabric-manager tests)."""
+    from gpuprep.module_utils.gpuprep_lspci import is_nvswitch, parse_lspci_vvv
+    (switch,) = parse_lspci_vvv("0005:00:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:1af1] (rev a1)")
+    (chipset,) = parse_lspci_vvv("00:07.0 Bridge [0680]: nVidia Corporation MCP61 Ethernet [10de:03ef] (rev a2)")
+    assert (switch["class"], is_nvswitch(switch), is_nvswitch(chipset)) == ("Bridge", True, False)
+
+
+def test_nvswitches_in_lspci_make_a_stopped_fabric_manager_fail():
+    """Fabric Manager inactive (not failed) is only judged where the host needs it: lspci's NVSwitches say so."""
+    from gpuprep.snapshot import FabricManager
+    for name, severity in (("nvidia-fm-guide-hgx-h100-4-nvswitches.lspci.txt", "fail"),
+                           ("nvidia-fm-guide-hgx-b200-cx7-bridge-no-pcie-nvswitch.lspci.txt", None)):
+        snap = import_files([str(FABRIC / name)])
+        snap.fabric_manager = FabricManager(installed=True, state="inactive")
+        found = [f for f in api.check(facts=snap).findings if f.id == "fabric.manager"]
+        assert [f.severity for f in found] == ([severity] if severity else [])
+        if severity:
+            assert found[0].evidence["nvswitch"] == "4 NVSwitch(es) on the PCIe bus (lspci)"
+    snap = import_files([str(FABRIC / "nvidia-fm-guide-hgx-a100-6-nvswitches.lspci.txt"),
+                         str(FABRIC / "bottlerocket-pr3873-p4d-a100-fm-active-running.systemctl-status.txt")])
+    assert judged(snap, ("fabric",)) == [("fabric.manager", "pass", "host")]

@@ -38,6 +38,7 @@ KINDS: List[Tuple[str, Callable[[str], bool], Importer]] = [
     ("kernel log", kernel_log.looks_like_kernel_log, kernel_log.import_kernel_log),
     ("sshd -T", sshd.looks_like_sshd_t, sshd.import_sshd_t),
     ("lspci -vvv", lspci.looks_like_lspci_vvv, lspci.import_lspci),
+    ("lspci", lspci.looks_like_lspci, lspci.import_lspci),
     ("ibstat", rdma.looks_like_ibstat, rdma.import_ibstat),
     ("ibstatus", rdma.looks_like_ibstatus, rdma.import_ibstatus),
     ("ibv_devinfo", rdma.looks_like_ibv_devinfo, rdma.import_ibv_devinfo),
@@ -69,7 +70,7 @@ def import_text(text: str, origin: str) -> Snapshot:
                 raise BadInput(f"{origin}: impossible value in {kind}: {problem}")
             return snap
     raise BadInput(f"{origin}: unrecognised file (expected nvidia-smi, nvidia-smi -q [-x], "
-                   f"topo -m, nvlink --status, numactl -H, lscpu, a kernel log, ibstat, ibv_devinfo, ibdev2netdev, "
+                   f"topo -m, nvlink --status, numactl -H, lscpu, lspci, a kernel log, ibstat, ibv_devinfo, ibdev2netdev, "
                    f"dcgmi, Fabric Manager or IMEX status "
                    f"or a gpuprep snapshot)")
 

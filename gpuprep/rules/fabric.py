@@ -7,6 +7,7 @@ import re
 from typing import Optional
 
 from .. import knowledge as kb
+from ..module_utils.gpuprep_lspci import is_nvswitch
 from . import Finding, host, rule
 
 _GUIDE = "NVIDIA Fabric Manager user guide"
@@ -14,11 +15,14 @@ _SXID_LINE = re.compile(r"detected NVSwitch (?:non-)?fatal error \d+", re.I)
 
 
 def nvswitch_system(snap) -> Optional[str]:
-    """Why this host has NVSwitches (devices, a GPU registered with an NVLink fabric, or 8 baseboard GPUs), or None
-    when nothing says so."""
+    """Why this host has NVSwitches (/dev/nvidia-nvswitch*, NVSwitches in lspci, a GPU registered with an NVLink
+    fabric, or 8 baseboard GPUs), or None when nothing says so."""
     fm = snap.fabric_manager
     if fm.nvswitch:
         return "NVSwitch devices present"
+    switches = [d for d in snap.pci or [] if is_nvswitch({"class": d.kind, "name": d.name})]
+    if switches:
+        return f"{len(switches)} NVSwitch(es) on the PCIe bus (lspci)"
     gpus = snap.gpus or []
     if any(g.fabric_state for g in gpus):
         return "GPUs report an NVLink fabric state"

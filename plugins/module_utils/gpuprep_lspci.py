@@ -10,7 +10,7 @@ the capabilities, and ACS is unknown. Standard library only."""
 import re
 import subprocess
 
-HEADER = re.compile(r"^((?:[0-9a-fA-F]{4,}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) ([^:]+): (.*)$")
+HEADER = re.compile(r"^((?:[0-9a-fA-F]{4,}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) ([^:]+?)(?: \[[0-9a-fA-F]{4}\])?: (.*)$")
 BUS = re.compile(r"Bus: primary=([0-9a-fA-F]+), secondary=([0-9a-fA-F]+), subordinate=([0-9a-fA-F]+)")
 PORT = re.compile(r"Express \(v\d\) ([A-Za-z -]+?)(?: \(|, MSI|$)")
 ACS_CTL = re.compile(r"ACSCtl:\s+(.*)$")
@@ -73,6 +73,20 @@ def redirecting(device):
 
 def is_gpu(device):
     return device["class"] in GPU_CLASSES and "NVIDIA" in device["name"]
+
+
+# NVSwitch device ids in NVIDIA's Fabric Manager guide's lspci examples: HGX-2 (first generation), HGX A100
+# (second), HGX H100 (third); pci.ids names them "... NVSwitch" where it knows them
+NVSWITCH_IDS = re.compile(r"(?:\bDevice |\[10de:)(1ac2|1af1|22a3)\b")
+
+
+def is_nvswitch(device):
+    """An NVSwitch of an HGX-2/A100/H100-class baseboard: a Bridge-class NVIDIA device named NVSwitch or of an
+    NVSwitch's id (nForce chipsets had Bridge-class NVIDIA Ethernet too). Fourth-generation NVSwitches
+    (B100/B200/B300) sit behind a ConnectX-7 bridge and are no PCIe devices of the host."""
+    name = device["name"]
+    return device["class"] == "Bridge" and "NVIDIA" in name.upper() and bool(
+        "NVSwitch" in name or NVSWITCH_IDS.search(name))
 
 
 def is_rdma_nic(device):
