@@ -240,3 +240,17 @@ def test_nvswitches_in_lspci_make_a_stopped_fabric_manager_fail():
     snap = import_files([str(FABRIC / "nvidia-fm-guide-hgx-a100-6-nvswitches.lspci.txt"),
                          str(FABRIC / "bottlerocket-pr3873-p4d-a100-fm-active-running.systemctl-status.txt")])
     assert judged(snap, ("fabric",)) == [("fabric.manager", "pass", "host")]
+
+
+def test_the_text_report_shows_fabric_manager_beside_each_gpus_registration():
+    done = run_cli("check", "--from", str(FABRIC / "gpu-operator-issue-2511-fabric-in-progress-580.nvidia-smi-q-fabric.txt"),
+                   "--from", str(FABRIC / "nvidia-fm-guide-hgx-h100-4-nvswitches.lspci.txt"),
+                   "--from", str(FABRIC / "akash-website-pr632-fm-version-mismatch-550.systemctl-status.txt"),
+                   "--from", str(CORPUS / "rdma" / "gpud-h100-ndr-ib-active-eth-disabled.ibstat.txt"))
+    assert done.returncode == 1, done.stderr
+    fabric = done.stdout.split("NVLink fabric\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert fabric[0].split() == ["Fabric", "Manager:", "failed", "version", "550.127.05", "driver", "?"]
+    assert fabric[1] == "  NVSwitches on the PCIe bus (lspci): 4"
+    assert fabric[3].split()[2:4] == ["In", "Progress"]
+    ports = done.stdout.split("RDMA ports (12)\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert ports[1].split() == ["mlx5_0", "1", "-", "InfiniBand", "Active", "LinkUp", "400", "MT4129", "28.39.1002", "-"]

@@ -113,6 +113,74 @@ def _topology_section(snap: Snapshot, out: Writer) -> None:
         out.line(f"  {nic} = {dev}")
 
 
+def _nvswitch_count(snap: Snapshot) -> Optional[int]:
+    from ..module_utils.gpuprep_lspci import is_nvswitch
+    count = sum(is_nvswitch({"class": d.kind, "name": d.name}) for d in snap.pci or [])
+    return count or None
+
+
+def _manager_line(snap: Snapshot) -> Optional[str]:
+    fm = snap.fabric_manager
+    if not (fm.state or fm.version or fm.installed is not None):
+        return None
+    state = fm.state or ("not installed" if fm.installed is False else "?")
+    version = fm.version or (fm.mismatch or ["?"])[0]
+    switches = "" if fm.nvswitch is None else f"  NVSwitches: {'yes' if fm.nvswitch else 'none'}"
+    return f"  Fabric Manager: {state}  version {version}  driver {snap.software.driver_version or '?'}{switches}"
+
+
+def _imex_line(imex) -> Optional[str]:
+    if not imex.installed:
+        return None
+    nodes = imex.nodes or []
+    ready = sum(n.status == "READY" for n in nodes)
+    words = [imex.state or imex.query, imex.domain and f"domain {imex.domain}",
+             nodes and f"{ready}/{len(nodes)} node(s) READY"]
+    return "  IMEX: " + "  ".join(w for w in words if w)
+
+
+def _fabric_section(snap: Snapshot, out: Writer) -> None:
+    """Fabric Manager, each GPU's NVLink fabric registration (nvidia-smi -q's Fabric section or NVML's) and IMEX,
+    side by side: a GPU stuck "In Progress" reads at once against a stopped or mismatched Fabric Manager."""
+    registered = [g for g in snap.gpus or [] if g.fabric_state or g.fabric_status]
+    switches = _nvswitch_count(snap)
+    lines = [_manager_line(snap), switches and f"  NVSwitches on the PCIe bus (lspci): {switches}"]
+    imex = _imex_line(snap.imex)
+    if not (any(lines) or registered or imex):
+        return
+    out.heading("NVLink fabric")
+    for line in filter(None, lines):
+        out.line(line)
+    if registered:
+        out.table(["GPU", "bus id", "state", "status", "bandwidth", "health"],
+                  [[g.index, g.pci_bus_id, g.fabric_state, g.fabric_status, g.fabric_bandwidth, g.fabric_health]
+                   for g in registered])
+    if imex:
+        out.line(imex)
+
+
+def _rdma_section(snap: Snapshot, out: Writer) -> None:
+    if not snap.rdma_devices:
+        return
+    out.heading(f"RDMA ports ({len(snap.rdma_devices)})")
+    out.table(["device", "port", "netdev", "link layer", "state", "physical", "Gb/s", "part", "firmware", "NUMA"],
+              [[p.name, p.port, p.netdev, p.link_layer, p.state, p.phys_state,
+                None if p.rate_gbps is None else f"{p.rate_gbps:g}", p.model, p.firmware, p.numa_node]
+               for p in snap.rdma_devices])
+
+
+def _dcgm_section(snap: Snapshot, out: Writer) -> None:
+    dcgm = snap.dcgm
+    if not (dcgm.tests or dcgm.health):
+        return
+    out.heading(f"DCGM {dcgm.version or ''}".rstrip())
+    if dcgm.tests:
+        level = f" -r {dcgm.level}" if dcgm.level else ""
+        out.line(f"  dcgmi diag{level}: " + ", ".join(f"{t.name} {t.status}" for t in dcgm.tests))
+    if dcgm.health:
+        out.line(f"  dcgmi health: {dcgm.health}")
+
+
 def _numa_section(snap: Snapshot, out: Writer) -> None:
     if snap.numa_nodes:
         out.heading("NUMA")
@@ -127,7 +195,8 @@ def _kernel_log_section(snap: Snapshot, out: Writer) -> None:
 
 
 # The host summary, in order: each section prints what the snapshot knows, or nothing.
-FACT_SECTIONS = (_host_section, _software_section, _gpu_section, _topology_section, _numa_section, _kernel_log_section)
+FACT_SECTIONS = (_host_section, _software_section, _gpu_section, _fabric_section, _topology_section, _rdma_section,
+                 _numa_section, _dcgm_section, _kernel_log_section)
 
 
 def render_facts(snap: Snapshot, out: Writer) -> None:
