@@ -254,3 +254,66 @@ def test_the_text_report_shows_fabric_manager_beside_each_gpus_registration():
     assert fabric[3].split()[2:4] == ["In", "Progress"]
     ports = done.stdout.split("RDMA ports (12)\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert ports[1].split() == ["mlx5_0", "1", "-", "InfiniBand", "Active", "LinkUp", "400", "MT4129", "28.39.1002", "-"]
+
+
+def _mutations(document, seed, count):
+    """Damaged copies of a real report: a value somewhere swapped for another JSON type (a truncated, edited or
+    foreign document, as a node or a saved capture may hold)."""
+    import copy
+    import random
+    rng = random.Random(seed)
+    kinds = (lambda: None, lambda: 1, lambda: "x", lambda: [], lambda: {}, lambda: [1], lambda: {"a": 1}, lambda: True)
+    for _ in range(count):
+        doc = copy.deepcopy(document)
+        for _ in range(rng.randint(1, 3)):
+            node = doc
+            while True:
+                keys = list(node) if isinstance(node, dict) else list(range(len(node))) if isinstance(node, list) else []
+                if not keys:
+                    break
+                key = rng.choice(keys)
+                if rng.random() < 0.4 or not isinstance(node[key], (dict, list)):
+                    node[key] = rng.choice(kinds)()
+                    break
+                node = node[key]
+        yield doc
+
+
+@pytest.mark.parametrize("name, read", [
+    ("glimmer-burnin-gb10-level2-plugins-allowed-dcgm452.dcgmi-diag.json", "diag_from_json"),
+    ("virtualclient-t4-diag-r3-pass.dcgmi-diag.json", "diag_from_json"),
+    ("virtualclient-health-check-healthy.dcgmi-health.json", "health_from_json"),
+])
+def test_a_damaged_dcgm_report_is_refused_or_read_never_a_crash(name, read):
+    """What check --deep reads from dcgmi, and a capture: a document of the wrong shape is a ValueError (the probe
+    makes it information, --from a one-line error), never a TypeError that ends the check."""
+    import json
+    from gpuprep.importers import dcgm as reader
+    for doc in _mutations(json.loads((FABRIC / name).read_text()), seed=len(name), count=1500):
+        try:
+            getattr(reader, read)(doc)
+        except ValueError:
+            pass
+
+
+def test_a_dcgm_status_gpuprep_does_not_know_warns_and_skips_alone_prove_nothing():
+    import json
+    from gpuprep.importers.dcgm import diag_from_json
+    from gpuprep.snapshot import Snapshot
+    doc = json.loads((FABRIC / "virtualclient-t4-diag-r3-pass.dcgmi-diag.json").read_text())
+    tests = [t for c in doc["DCGM GPU Diagnostic"]["test_categories"] for t in c["tests"]]
+    tests[0]["results"][0]["status"] = "Error"
+    assert judged(Snapshot(dcgm=diag_from_json(doc)), ("dcgm",)) == [("dcgm.diag", "warn", "DCGM Denylist")]
+    for test in tests:
+        for result in test["results"]:
+            result["status"] = "Skip"
+    assert judged(Snapshot(dcgm=diag_from_json(doc)), ("dcgm",)) == [("dcgm.diag", "info", "host")]
+
+
+def test_check_deep_with_a_damaged_dcgm_report_says_so(tmp_path, monkeypatch):
+    from gpuprep.probe.dcgm import probe_dcgm
+    _stand_in(tmp_path, "dcgmi", 'case "$1" in diag) echo \'{"DCGM Diagnostic": {"test_categories": 5}}\';; '
+                                 'health) echo "[[[[";; esac\n')
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    dcgm = probe_dcgm(level=1)
+    assert dcgm.tests is None and "could not be read" in dcgm.missing

@@ -50,12 +50,25 @@ def _gpu(result: dict) -> Optional[str]:
     return None
 
 
+def _dicts(value: Any) -> List[dict]:
+    """The objects of a JSON list; anything else (a damaged or foreign document) holds none."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _status(value: Any) -> str:
+    """DCGM's status words as DCGM writes them (Pass, Fail, Warn, Skip) whatever their case; any other word is kept,
+    so that the rule can say it does not know it rather than pass it."""
+    text = str(value if value is not None else "").strip()
+    return next((s for s in ("Fail", "Warn", "Pass", "Skip") if s.lower() == text.lower()), text)
+
+
 def _test_from_json(test: dict, category: Optional[str]) -> DcgmTest:
-    results = [r for r in test.get("results") or [] if isinstance(r, dict)]
+    results = _dicts(test.get("results"))
     summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else {}
-    statuses = [str(r.get("status", "")) for r in results] + [str(summary.get("status", ""))]
-    status = next((s for s in ("Fail", "Warn", "Pass", "Skip") if s in statuses), statuses[0])
-    bad = [r for r in results if r.get("status") in ("Fail", "Warn")]
+    statuses = [_status(r.get("status")) for r in results] + [_status(summary.get("status"))]
+    known = ("Fail", "Warn", "Pass", "Skip")
+    status = next((s for s in known if s in statuses), next((s for s in statuses if s), ""))
+    bad = [r for r in results if _status(r.get("status")) in ("Fail", "Warn")]
     gpus = ",".join(g for g in (_gpu(r) for r in (bad or results)) if g)
     messages = [m for r in bad for m in _messages(r)]
     if status in ("Fail", "Warn"):
@@ -72,8 +85,8 @@ def diag_from_json(data: Any) -> Dcgm:
     body = next((data[k] for k in _DIAG_KEYS if k in data), None) if isinstance(data, dict) else None
     if not isinstance(body, dict) or not isinstance(body.get("test_categories"), list):
         raise ValueError("no 'DCGM Diagnostic' test_categories")
-    tests = [_test_from_json(test, category.get("category")) for category in body["test_categories"]
-             if isinstance(category, dict) for test in category.get("tests") or [] if isinstance(test, dict)]
+    tests = [_test_from_json(test, category.get("category")) for category in _dicts(body["test_categories"])
+             for test in _dicts(category.get("tests"))]
     old, new = data.get("Metadata"), data.get("metadata")
     version = (old or {}).get("DCGM Version") if isinstance(old, dict) else None
     version = version or ((new or {}).get("version") if isinstance(new, dict) else None)
@@ -171,7 +184,8 @@ def health_from_json(data: Any) -> Dcgm:
     body = data.get("body") if isinstance(data, dict) else None
     if not isinstance(body, dict):
         raise ValueError("no health report body")
-    overall = (body.get("Overall Health") or {}).get("value")
+    overall = body.get("Overall Health")
+    overall = overall.get("value") if isinstance(overall, dict) else None
     return Dcgm(health=str(overall) if overall else None, incidents=_strings(body) or None)
 
 

@@ -22,7 +22,7 @@ def _dcgmi(*args: str, timeout: float):
         return None, f"dcgmi could not run ({exc.strerror or exc})"
     try:
         return json.loads(done.stdout), None
-    except ValueError:
+    except (ValueError, RecursionError):
         said = (done.stderr or done.stdout).strip().splitlines()
         return None, f"dcgmi {args[0]} answered no report ({said[-1][:160] if said else f'exit {done.returncode}'})"
 
@@ -35,7 +35,7 @@ def probe_dcgm(level: int = 1) -> Dcgm:
         return Dcgm(missing=why)
     try:
         result = diag_from_json(data)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         return Dcgm(missing=f"dcgmi diag's report could not be read ({exc})")
     result.level = level
     health, _ = _dcgmi("health", "-c", "-j", timeout=60)
@@ -43,6 +43,6 @@ def probe_dcgm(level: int = 1) -> Dcgm:
         try:
             checked = health_from_json(health)
             result.health, result.incidents = checked.health, checked.incidents
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     return result

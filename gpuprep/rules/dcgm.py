@@ -10,30 +10,40 @@ _REMEDY = ("Follow DCGM's message for this test; rerun `dcgmi diag -r 3` after a
            "fails")
 
 
+def _test_finding(test, dcgm):
+    """A failed or warned test as DCGM words it; a status DCGM does not write (damage, or a newer DCGM) is a warning,
+    never a pass."""
+    severity = _SEVERITY.get(test.status) or (None if test.status in ("Pass", "Skip", "") else "warn")
+    if severity is None:
+        return None
+    where = f" (GPUs {test.gpus})" if test.gpus else ""
+    words = (test.messages or [f"{test.status}" if test.status in _SEVERITY else
+                               f"DCGM reported status {test.status!r}, which gpuprep does not know"])[0]
+    return Finding("dcgm.diag", severity, f"DCGM {test.name}{where}", words[:300],
+                   {"test": test.name, "category": test.category, "status": test.status,
+                    "messages": test.messages, "dcgm_version": dcgm.version, "level": dcgm.level},
+                   _REMEDY, "dcgmi diag")
+
+
 @rule("dcgm.diag")
 def diag(snap, ctx):
     dcgm = snap.dcgm
     if dcgm.missing:
         return [Finding("dcgm.diag", "info", host(snap), f"DCGM diagnostics not run: {dcgm.missing}",
                         {"reason": dcgm.missing})]
-    if not dcgm.tests:
+    if dcgm.tests is None:
         return []
-    findings = []
-    for test in dcgm.tests:
-        severity = _SEVERITY.get(test.status)
-        if severity:
-            where = f" (GPUs {test.gpus})" if test.gpus else ""
-            words = (test.messages or [f"{test.status}"])[0]
-            findings.append(Finding("dcgm.diag", severity, f"DCGM {test.name}{where}", words[:300],
-                                    {"test": test.name, "category": test.category, "status": test.status,
-                                     "messages": test.messages, "dcgm_version": dcgm.version, "level": dcgm.level},
-                                    _REMEDY, "dcgmi diag"))
-    if not findings:
-        ran = [t for t in dcgm.tests if t.status == "Pass"]
-        findings.append(Finding("dcgm.diag", "pass", host(snap), f"DCGM diagnostics: {len(ran)} tests passed",
-                                {"dcgm_version": dcgm.version, "level": dcgm.level,
-                                 "skipped": [t.name for t in dcgm.tests if t.status == "Skip"]}, source="dcgmi diag"))
-    return findings
+    findings = [f for f in (_test_finding(t, dcgm) for t in dcgm.tests) if f]
+    ran = [t for t in dcgm.tests if t.status == "Pass"]
+    evidence = {"dcgm_version": dcgm.version, "level": dcgm.level,
+                "skipped": [t.name for t in dcgm.tests if t.status == "Skip"]}
+    if findings:
+        return findings
+    if not ran:         # every test skipped, or none reported: DCGM proved nothing
+        return [Finding("dcgm.diag", "info", host(snap), "DCGM diagnostics: no test passed or failed", evidence,
+                        source="dcgmi diag")]
+    return [Finding("dcgm.diag", "pass", host(snap), f"DCGM diagnostics: {len(ran)} tests passed", evidence,
+                    source="dcgmi diag")]
 
 
 _HEALTH = {"failure": "fail", "warning": "warn", "healthy": "pass"}
