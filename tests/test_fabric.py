@@ -317,3 +317,32 @@ def test_check_deep_with_a_damaged_dcgm_report_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     dcgm = probe_dcgm(level=1)
     assert dcgm.tests is None and "could not be read" in dcgm.missing
+
+
+@pytest.mark.parametrize("started, kept", [("Thu 2025-02-27 15:00:00 UTC", True),   # the error is of this run
+                                           ("Thu 2025-02-27 15:20:00 UTC", False)])  # it was before the restart
+def test_the_live_probe_reads_fabric_managers_log_of_its_current_run(tmp_path, monkeypatch, started, kept):
+    """/var/log/fabricmanager.log is appended to across runs (gpud's real log here): only the lines since systemd last
+    started the unit (systemctl show's InactiveExitTimestamp) are this host's state."""
+    from gpuprep.probe.fabric import probe_fabric_manager
+    log = tmp_path / "var/log/fabricmanager.log"
+    log.parent.mkdir(parents=True)
+    log.write_text((FABRIC / "gpud-testdata-8gpu-nvswitch-fm-runtime-nonfatal-error.fabricmanager-log.txt").read_text())
+    _stand_in(tmp_path, "systemctl", f'printf "LoadState=loaded\\nActiveState=active\\nInactiveExitTimestamp={started}\\n"\n')
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}/bin{os.pathsep}/usr/bin")
+    fm = probe_fabric_manager(root=str(tmp_path))
+    assert (fm.installed, fm.state, fm.nvswitch) == (True, "active", True if kept else None)
+    errors = [e for e in fm.errors or [] if "[ERROR]" in e]
+    assert errors == (["[Feb 27 2025 15:10:02] [ERROR] [tid 12727] detected NVSwitch non-fatal error 12028 on fid 0 "
+                       "on NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 61"] if kept else [])
+
+
+def test_without_a_start_time_the_log_is_not_read(tmp_path, monkeypatch):
+    from gpuprep.probe.fabric import probe_fabric_manager
+    log = tmp_path / "var/log/fabricmanager.log"
+    log.parent.mkdir(parents=True)
+    log.write_text((FABRIC / "gpud-testdata-8gpu-nvswitch-fm-runtime-nonfatal-error.fabricmanager-log.txt").read_text())
+    _stand_in(tmp_path, "systemctl", 'printf "LoadState=loaded\\nActiveState=failed\\nInactiveExitTimestamp=\\n"\n')
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}/bin{os.pathsep}/usr/bin")
+    fm = probe_fabric_manager(root=str(tmp_path))
+    assert (fm.state, fm.errors) == ("failed", None)

@@ -54,8 +54,10 @@ def read_fabric_manager(text: str) -> FabricManager:
     fm.version = version.group(1) if version else (mismatch.group(1) if mismatch else None)
     fm.state = _state(text)
     fm.installed = True if (fm.state or fm.version) else None
-    if "Successfully configured all the available NVSwitches" in text or re.search(r"on NVSwitch pci bus id", text):
+    if "Successfully configured all the available NVSwitches" in text:
         fm.configured, fm.nvswitch = True, True
+    elif re.search(r"on NVSwitch pci bus id", text):
+        fm.nvswitch = True           # it names an NVSwitch (an error on one): configured or not, the host has them
     if "NV_WARN_NOTHING_TO_DO" in text:
         fm.nvswitch = False          # the NVSwitch driver found no NVSwitch to configure
     errors: List[str] = [line.strip() for line in text.splitlines()

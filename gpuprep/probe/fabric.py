@@ -1,11 +1,15 @@
-"""Fabric Manager on this host (its NVSwitch devices, its systemd unit, `nv-fabricmanager --version`, and its journal
-of this boot) and IMEX. Each read is bounded and guarded: a missing tool leaves its fact unknown."""
+"""Fabric Manager on this host (its NVSwitch devices, its systemd unit, `nv-fabricmanager --version`, its journal of
+this boot and its log since systemd last started it) and IMEX. Each read is bounded and guarded: a missing tool
+leaves its fact unknown."""
 from __future__ import annotations
 
+import datetime as _dt
 import glob
 import os
+import re
 import shutil
 import subprocess
+from typing import Optional
 
 from ..importers.fabricmanager import read_fabric_manager
 from ..importers.imex import STATES, read_imex
@@ -13,15 +17,20 @@ from ..snapshot import FabricManager, Imex
 from .commands import run
 
 UNIT = "nvidia-fabricmanager"
+FM_LOG = "var/log/fabricmanager.log"      # LOG_FILE_NAME in fabricmanager.cfg, appended to across runs
+_LOG_STAMP = re.compile(r"^\[(\w{3} \d{1,2} \d{4} \d\d:\d\d:\d\d)\]")
+_LOG_TAIL = 64 << 10
 
 
 def probe_fabric_manager(root: str = "/") -> FabricManager:
     switches = glob.glob(os.path.join(root, "dev", "nvidia-nvswitch[0-9]*"))
-    shown = run(["systemctl", "show", UNIT, "--property=LoadState,ActiveState"]) or ""
+    shown = run(["systemctl", "show", UNIT, "--property=LoadState,ActiveState,InactiveExitTimestamp"]) or ""
     props = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
     version = run(["nv-fabricmanager", "--version"]) or ""
     journal = run(["journalctl", "-u", UNIT, "-b", "--no-pager", "-q", "-n", "200"]) or ""
-    fm = read_fabric_manager(journal + "\n" + version)
+    started = _started(props.get("InactiveExitTimestamp", ""))
+    log = _log_since(_tail(os.path.join(root, FM_LOG)), started) if started else ""
+    fm = read_fabric_manager(journal + "\n" + version + "\n" + log)
     fm.nvswitch = True if switches else fm.nvswitch
     if props.get("LoadState") == "loaded":
         fm.installed, fm.state = True, props.get("ActiveState") or fm.state
@@ -30,10 +39,30 @@ def probe_fabric_manager(root: str = "/") -> FabricManager:
     return fm
 
 
-IMEX_UNIT = "nvidia-imex"
-IMEX_NODES = "etc/nvidia-imex/nodes_config.cfg"
-IMEX_LOG = "var/log/nvidia-imex.log"
-_LOG_TAIL = 64 << 10
+def _started(stamp: str) -> Optional[_dt.datetime]:
+    """When systemd last started the unit ('Tue 2025-03-25 02:10:14 UTC', the host's clock, as Fabric Manager's log
+    reads it), a second early: its first log lines come before systemd notes the start."""
+    parts = stamp.split()
+    try:
+        return _dt.datetime.strptime(" ".join(parts[1:3]), "%Y-%m-%d %H:%M:%S") - _dt.timedelta(seconds=1)
+    except ValueError:
+        return None
+
+
+def _log_since(text: str, since: _dt.datetime) -> str:
+    """The log's lines of the current run (a line without a time stamp belongs to the one above it): an error Fabric
+    Manager logged before systemd last started it is history, not this host's state."""
+    keep, current = [], False
+    for line in text.splitlines():
+        stamp = _LOG_STAMP.match(line)
+        if stamp:
+            try:
+                current = _dt.datetime.strptime(stamp.group(1), "%b %d %Y %H:%M:%S") >= since
+            except ValueError:
+                current = False
+        if current:
+            keep.append(line)
+    return "\n".join(keep)
 
 
 def _tail(path: str, size: int = _LOG_TAIL) -> str:
@@ -43,6 +72,11 @@ def _tail(path: str, size: int = _LOG_TAIL) -> str:
             return fh.read(size).decode("utf-8", errors="replace")
     except OSError:
         return ""
+
+
+IMEX_UNIT = "nvidia-imex"
+IMEX_NODES = "etc/nvidia-imex/nodes_config.cfg"
+IMEX_LOG = "var/log/nvidia-imex.log"
 
 
 def _configured_nodes(root: str):
