@@ -346,3 +346,14 @@ def test_without_a_start_time_the_log_is_not_read(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}/bin{os.pathsep}/usr/bin")
     fm = probe_fabric_manager(root=str(tmp_path))
     assert (fm.state, fm.errors) == ("failed", None)
+
+
+@pytest.mark.parametrize("capture, severity", [("h100-sxm-x8.nvidia-smi-q.txt", "fail"),
+                                               # 8 V100 SXM2 (DGX-1's cube mesh): NVLink without NVSwitches
+                                               ("v100-sxm2-x8-vm.nvidia-smi-q.txt", None)])
+def test_no_fabric_manager_fails_only_on_an_nvswitch_board(capture, severity):
+    from gpuprep.snapshot import FabricManager
+    snap = import_files([str(CORPUS / capture)])
+    snap.fabric_manager = FabricManager(installed=False)
+    found = [f.severity for f in api.check(facts=snap).findings if f.id == "fabric.manager"]
+    assert found == ([severity] if severity else [])

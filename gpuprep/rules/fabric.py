@@ -7,6 +7,7 @@ import re
 from typing import Optional
 
 from .. import knowledge as kb
+from ..module_utils.gpuprep_gputable import nvswitch_board
 from ..module_utils.gpuprep_lspci import is_nvswitch
 from . import Finding, host, rule
 
@@ -26,10 +27,7 @@ def nvswitch_system(snap) -> Optional[str]:
     gpus = snap.gpus or []
     if any(g.fabric_state for g in gpus):
         return "GPUs report an NVLink fabric state"
-    models = [kb.gpu_model(g.name) or {} for g in gpus]
-    if len(gpus) >= 8 and models and all(m.get("nvlink_form") == "baseboard" for m in models):
-        return f"{len(gpus)} {gpus[0].name} baseboard GPUs (HGX/DGX)"
-    return None
+    return nvswitch_board(kb.gpu_models(), [g.name for g in gpus])
 
 
 @rule("fabric.manager")

@@ -31,3 +31,17 @@ def clock_locks(rows, name, architecture):
     if row is None:
         return False, False
     return row["locked_clocks"] == "yes", row["locked_memory_clocks"] == "yes"
+
+
+def nvswitch_board(rows, names):
+    """Why GPUs of these nvidia-smi names are an NVSwitch board ('8 NVIDIA H100 80GB HBM3 baseboard GPUs
+    (HGX/DGX)'), or None: 8 or more SXM baseboard GPUs of NVLink 3 or later (HGX/DGX A100 on; the 8-GPU V100 SXM2
+    boards, DGX-1, are a cube mesh without NVSwitches). Blackwell's switches are no PCIe devices of the host, so
+    their boards are told by their GPUs."""
+    if len(names) < 8 or not all(names):
+        return None
+    models = [model_row(rows, name) or {} for name in names]
+    if all(m.get("nvlink_form") == "baseboard" and (m.get("nvlink_generation") or "").isdigit()
+           and int(m["nvlink_generation"]) >= 3 for m in models):
+        return "%d %s baseboard GPUs (HGX/DGX)" % (len(names), names[0])
+    return None
