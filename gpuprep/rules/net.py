@@ -242,16 +242,27 @@ def _rdma_nics(snap) -> Dict[str, Optional[int]]:
     return nics
 
 
+def _stranded_by_topo(topo, nics) -> list:
+    """The GPUs whose every known path to an RDMA NIC is SYS in topo -m."""
+    paths = [_topo_paths(topo, name) or [] for name in nics]
+    known = [[p[i] for p in paths if len(p) > i and p[i] in _PATHS] for i in range(len(topo.gpus()))]
+    return [gpu for gpu, found in zip(topo.gpus(), known) if found and set(found) == {"SYS"}]
+
+
+def _stranded_by_numa(gpus, nics: Dict[str, Optional[int]]) -> list:
+    """The GPUs on a NUMA node without an RDMA NIC (both known)."""
+    nic_nodes = {n for n in nics.values() if n is not None and n >= 0}
+    if not nic_nodes:
+        return []
+    return [f"GPU{g.index}" for g in gpus or [] if g.numa_node is not None and 0 <= g.numa_node
+            and g.numa_node not in nic_nodes]
+
+
 def _stranded_gpus(snap, nics: Dict[str, Optional[int]]) -> list:
     """The GPUs with no RDMA NIC nearer than the CPU interconnect: NCCL carries their traffic through a far NIC."""
-    topo = snap.topology
-    if topo and any(_topo_paths(topo, name) for name in nics):
-        paths = {name: _topo_paths(topo, name) or [] for name in nics}
-        return [gpu for i, gpu in enumerate(topo.gpus())
-                if all(p[i] in ("SYS", None) for p in paths.values() if len(p) > i)]
-    nic_nodes = {n for n in nics.values() if n is not None and n >= 0}
-    return [f"GPU{g.index}" for g in snap.gpus or [] if nic_nodes and g.numa_node is not None and g.numa_node >= 0
-            and g.numa_node not in nic_nodes]
+    if snap.topology and any(_topo_paths(snap.topology, name) for name in nics):
+        return _stranded_by_topo(snap.topology, nics)
+    return _stranded_by_numa(snap.gpus, nics)
 
 
 @rule("net.nic-placement")
