@@ -78,6 +78,32 @@ def test_converges_to_the_drivers_version_held_and_running_idempotent_and_revert
     assert node_exec(NODE, "systemctl", "is-active", "nvidia-fabricmanager").stdout.strip() != "active"
 
 
+def test_driver_pin_keeps_the_holds_it_did_not_set(node):
+    """driver_pin holds the Fabric Manager package with the driver's, and runs first: on the second apply it finds the
+    package fabric_manager installed and held. It records only the holds it set itself, so that run changes nothing,
+    and revert leaves an admin's hold on the driver as it found it."""
+    variables = json.dumps(dict(LOCAL, fabric_manager_only_with_nvswitch=False))
+    node_exec(NODE, "apt-mark", "hold", "nvidia-driver-535", check=True)
+    try:
+        changes = []
+        for _ in range(2):
+            done = run_cli("apply", "-i", str(node), "--tags", "driver_pin,fabric_manager", "-e", variables, "--json",
+                           timeout=900)
+            host = json.loads(done.stdout)["hosts"][NODE]
+            assert done.returncode == 0, host["failed_tasks"]
+            changes.append(host["changed_tasks"])
+        assert changes[0] and not changes[1], changes[1]
+        assert installed() == "hold ok installed 590.44.01-1"
+        assert node_exec(NODE, "cat", "/var/lib/gpuprep/driver_pin.held").stdout.strip() == ""
+        done = run_cli("revert", "-i", str(node), "--tags", "driver_pin,fabric_manager", "--json", timeout=900)
+        assert done.returncode == 0, done.stdout[-2000:]
+        assert installed() is None
+        assert node_exec(NODE, "dpkg", "--get-selections", "nvidia-driver-535").stdout.split() == [
+            "nvidia-driver-535", "hold"]
+    finally:
+        node_exec(NODE, "apt-mark", "unhold", "nvidia-driver-535")
+
+
 RPM_NODE = "gpfabric-rpm"
 RPM_REPO = "/srv/gpuprep-rpm-repo"
 RPM_LOCAL = {"fabric_manager_packager": "dnf", "fabric_manager_repo_url": f"file://{RPM_REPO}",
