@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from conftest import run_cli
+from conftest import REPO, run_cli
 from gpuprep.burnin import launch
 from gpuprep.burnin.judge import judge
 
@@ -79,6 +79,20 @@ def test_dead_rank_ends_the_run_and_is_named():
     failed = [f for f in judge(run) if f.id == "burnin.rank-failed"]
     assert [f.subject for f in failed] == ["rank 1"]
     assert run.exit_code != 0
+
+
+def test_the_rank_that_died_first_is_named_when_torchrun_sees_two_fail_at_once():
+    """torchrun names the first failure it observed; when it sees two in one look it may name the rank that only
+    raised because its peer vanished (seen in CI, a loaded machine). Real torchrun, a slow monitor to see both."""
+    import subprocess
+    import sys
+    from gpuprep.burnin import root_cause
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "--max-restarts", "0", "--monitor-interval", "3",
+                           str(REPO / "tests" / "data" / "burnin" / "peer-vanishes.py")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "exitcode  : 17" in done.stderr
+    assert root_cause(done.stdout + done.stderr) == (1, 17)
 
 
 @pytest.mark.slow

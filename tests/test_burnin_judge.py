@@ -39,7 +39,15 @@ def test_straggler_label_names_host_device():
     ranks = [gpu_rank(r, 360.0) for r in range(8)]
     ranks[2] = gpu_rank(2, 360.0, compute=9.0)
     (straggler,) = [f for f in judge(run_of(ranks)) if f.id == "burnin.straggler"]
-    assert straggler.subject == "rank 2 (node1 cuda:2)"
+    assert straggler.subject == "rank 2 (node1 cuda:2)" and straggler.severity == "fail"
+
+
+def test_a_cpu_rank_behind_the_others_warns():
+    """gloo on the CPU: a rank's millisecond step shares the host's cores with every other process."""
+    ranks = [dict(gpu_rank(r, 360.0), backend="gloo", device="cpu") for r in range(2)]
+    ranks[1]["compute_ms"] = [9.0] * 20
+    (straggler,) = [f for f in judge(run_of(ranks)) if f.id == "burnin.straggler"]
+    assert (straggler.subject, straggler.severity) == ("rank 1 (node1 cpu)", "warn")
 
 
 def powered_rank(rank, peak_w, limit_w=700.0, reasons=(), samples=12):

@@ -38,14 +38,35 @@ class RunResult:
     setup_errors: List[str] = field(default_factory=list)   # the run could not start: no rank is to blame
 
 
+_REPORT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.M)
+_REPORT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.M)
+
+
+def _failures(report: str) -> List[tuple]:
+    """(rank, exit code) of each failure in a block of torchrun's error report."""
+    entries = re.split(r"^\[\d+\]:\s*$", report, flags=re.M)[1:]
+    found = [(_REPORT_RANK.search(e), _REPORT_EXIT.search(e)) for e in entries]
+    return [(int(rank.group(1)), int(code.group(1)) if code else None) for rank, code in found if rank]
+
+
 def root_cause(output: str):
-    """(rank, exit code) of torchrun's 'Root Cause (first observed failure)' block, if any."""
-    block = output.split("Root Cause", 1)
-    if len(block) < 2:
+    """(rank, exit code) of the rank that failed first: torchrun's 'Root Cause (first observed failure)', unless
+    torchrun saw several ranks fail in one look (their times are the same second) and named one that raised a Python
+    error (exit 1, what a rank does when its peer vanishes mid-collective) while exactly one other died abruptly (a
+    signal, an exit of its own): that one went first."""
+    head, found, cause = output.rpartition("Root Cause")
+    if not found:
         return None, None
-    rank = re.search(r"rank\s*:\s*(\d+)", block[1])
-    code = re.search(r"exitcode\s*:\s*(-?\d+)", block[1])
-    return (int(rank.group(1)) if rank else None), (int(code.group(1)) if code else None)
+    first = _failures(cause)
+    if not first:
+        rank, code = _REPORT_RANK.search(cause), _REPORT_EXIT.search(cause)
+        return (int(rank.group(1)) if rank else None), (int(code.group(1)) if code else None)
+    rank, code = first[0]
+    # -15 is SIGTERM, torchrun's own stop of the other ranks: not a death of their own
+    abrupt = {failure for failure in _failures(head.rpartition("Failures:")[2]) if failure[1] not in (1, -15, None)}
+    if code == 1 and len(abrupt) == 1:
+        return abrupt.pop()
+    return rank, code
 
 
 def parse_duration(text: str) -> float:
