@@ -208,3 +208,16 @@ def test_nic_placement_is_unknown_without_numa_nodes_or_gpus():
     assert _on_numa_nodes([-1] * 8, {"mlx5_4": 1}) == []
     snap = import_files([str(RDMA / "gpud-h100-ndr-all-active.ibstat.txt")])
     assert [f for f in net_findings(snap) if f[0] == "net.nic-placement"] == []
+
+
+def test_the_html_report_summarises_each_hosts_rdma_ports_escaped():
+    """Per host, the ports a fleet reader compares (link layer, rate, part, firmware, how many are down); a node's
+    own words are escaped like every other fact."""
+    from gpuprep.report import render
+    snap = import_files([str(RDMA / "gpud-h100-ndr-ib-active-eth-disabled.ibstat.txt")])
+    page = render(api.check(facts=snap).document(), "html")
+    assert ("8 InfiniBand port(s) at 400 Gb/s (MT4129, fw 28.39.1002); 3 Ethernet port(s) at 40 Gb/s (MT4125, "
+            "fw 22.38.1002); 1 Ethernet port(s) at 100 Gb/s (MT4125, fw 22.38.1002); 3 not active") in page
+    snap.rdma_devices[0].firmware = "<script>alert(1)</script>"
+    page = render(api.check(facts=snap).document(), "html")
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page

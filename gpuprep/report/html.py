@@ -12,6 +12,27 @@ def _failing_gpus(findings: List[dict]) -> frozenset:
                      if f["severity"] == "fail" and f["subject"].startswith("GPU"))
 
 
+def _rdma_summary(ports: List[dict]) -> str:
+    """'8 InfiniBand port(s) at 400 Gb/s (MT4129, fw 28.39.1002), 2 not active': what a fleet reader compares."""
+    groups: Dict[tuple, int] = {}
+    for port in ports:
+        key = (port.get("link_layer") or "RDMA", port.get("rate_gbps"), port.get("model"), port.get("firmware"))
+        groups[key] = groups.get(key, 0) + 1
+    parts = [f"{count} {layer} port(s)" + (f" at {rate:g} Gb/s" if rate else "")
+             + (f" ({', '.join(filter(None, [model, fw and 'fw ' + fw]))})" if model or fw else "")
+             for (layer, rate, model, fw), count in sorted(groups.items(), key=lambda item: -item[1])]
+    down = sum(1 for p in ports if "ACTIVE" not in str(p.get("state") or "ACTIVE").upper())
+    return "; ".join(parts) + (f"; {down} not active" if down else "")
+
+
+def _fabric_facts(snap: dict) -> Dict[str, object]:
+    fm, dcgm = snap.get("fabric_manager") or {}, snap.get("dcgm") or {}
+    manager = " ".join(filter(None, [fm.get("state"), fm.get("version") and "version " + fm["version"]]))
+    return {"Fabric Manager": manager or ("not installed" if fm.get("installed") is False else None),
+            "RDMA": _rdma_summary(snap["rdma_devices"]) if snap.get("rdma_devices") else None,
+            "DCGM": " ".join(filter(None, [dcgm.get("version"), dcgm.get("health") and "health " + dcgm["health"]]))}
+
+
 def _host_view(name: str, entry: dict) -> dict:
     if entry.get("status", "checked") != "checked":
         return {"name": name, "status": entry["status"], "problem": entry.get("problem"), "verdict": "fail",
@@ -22,7 +43,8 @@ def _host_view(name: str, entry: dict) -> dict:
     facts = {"OS": " ".join(filter(None, [system.get("os_name"), system.get("os_version")])),
              "kernel": system.get("kernel"), "CPU": system.get("cpu_model"),
              "driver": software.get("driver_version"), "CUDA (driver API)": software.get("cuda_driver_version"),
-             "GPUs": ", ".join(sorted({g.get("name") or "?" for g in snap.get("gpus") or []})) or "none"}
+             "GPUs": ", ".join(sorted({g.get("name") or "?" for g in snap.get("gpus") or []})) or "none",
+             **_fabric_facts(snap)}
     return {"name": name, "status": "checked", "problem": None, "verdict": check["verdict"],
             "summary": check["summary"], "facts": {k: v for k, v in facts.items() if v},
             "findings": [f for f in check["findings"] if f["severity"] != "pass"],
