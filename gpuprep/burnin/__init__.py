@@ -43,9 +43,9 @@ _REPORT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.M)
 
 
 def _failures(report: str) -> List[tuple]:
-    """(rank, exit code) of each failure in a block of torchrun's error report."""
-    entries = re.split(r"^\[\d+\]:\s*$", report, flags=re.M)[1:]
-    found = [(_REPORT_RANK.search(e), _REPORT_EXIT.search(e)) for e in entries]
+    """(rank, exit code) of each failure in a block of torchrun's error report (entries headed `[N]:`)."""
+    entries = re.split(r"^\[\d+\]:\s*$", report, flags=re.M)
+    found = [(_REPORT_RANK.search(e), _REPORT_EXIT.search(e)) for e in entries[1:] or entries]
     return [(int(rank.group(1)), int(code.group(1)) if code else None) for rank, code in found if rank]
 
 
@@ -59,8 +59,7 @@ def root_cause(output: str):
         return None, None
     first = _failures(cause)
     if not first:
-        rank, code = _REPORT_RANK.search(cause), _REPORT_EXIT.search(cause)
-        return (int(rank.group(1)) if rank else None), (int(code.group(1)) if code else None)
+        return None, None
     rank, code = first[0]
     # -15 is SIGTERM, torchrun's own stop of the other ranks: not a death of their own
     abrupt = {failure for failure in _failures(head.rpartition("Failures:")[2]) if failure[1] not in (1, -15, None)}

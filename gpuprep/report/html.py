@@ -21,7 +21,9 @@ def _rdma_summary(ports: List[dict]) -> str:
     parts = [f"{count} {layer} port(s)" + (f" at {rate:g} Gb/s" if rate else "")
              + (f" ({', '.join(filter(None, [model, fw and 'fw ' + fw]))})" if model or fw else "")
              for (layer, rate, model, fw), count in sorted(groups.items(), key=lambda item: -item[1])]
-    down = sum(1 for p in ports if "ACTIVE" not in str(p.get("state") or "ACTIVE").upper())
+    from ..rules.net import port_active
+    from ..snapshot import RdmaDevice
+    down = sum(port_active(RdmaDevice(**port)) is False for port in ports)
     return "; ".join(parts) + (f"; {down} not active" if down else "")
 
 

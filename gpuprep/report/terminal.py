@@ -113,12 +113,6 @@ def _topology_section(snap: Snapshot, out: Writer) -> None:
         out.line(f"  {nic} = {dev}")
 
 
-def _nvswitch_count(snap: Snapshot) -> Optional[int]:
-    from ..module_utils.gpuprep_lspci import is_nvswitch
-    count = sum(is_nvswitch({"class": d.kind, "name": d.name}) for d in snap.pci or [])
-    return count or None
-
-
 def _manager_line(snap: Snapshot) -> Optional[str]:
     fm = snap.fabric_manager
     if not (fm.state or fm.version or fm.installed is not None):
@@ -143,7 +137,8 @@ def _fabric_section(snap: Snapshot, out: Writer) -> None:
     """Fabric Manager, each GPU's NVLink fabric registration (nvidia-smi -q's Fabric section or NVML's) and IMEX,
     side by side: a GPU stuck "In Progress" reads at once against a stopped or mismatched Fabric Manager."""
     registered = [g for g in snap.gpus or [] if g.fabric_state or g.fabric_status]
-    switches = _nvswitch_count(snap)
+    from ..rules.fabric import nvswitches_in_lspci
+    switches = nvswitches_in_lspci(snap)
     lines = [_manager_line(snap), switches and f"  NVSwitches on the PCIe bus (lspci): {switches}"]
     imex = _imex_line(snap.imex)
     if not (any(lines) or registered or imex):

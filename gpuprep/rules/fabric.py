@@ -15,15 +15,20 @@ _GUIDE = "NVIDIA Fabric Manager user guide"
 _SXID_LINE = re.compile(r"detected NVSwitch (?:non-)?fatal error \d+", re.I)
 
 
+def nvswitches_in_lspci(snap) -> int:
+    """The NVSwitches lspci lists (HGX-2/A100/H100 boards; Blackwell's are no PCIe devices of the host)."""
+    return sum(is_nvswitch({"class": d.kind, "name": d.name}) for d in snap.pci or [])
+
+
 def nvswitch_system(snap) -> Optional[str]:
     """Why this host has NVSwitches (/dev/nvidia-nvswitch*, NVSwitches in lspci, a GPU registered with an NVLink
     fabric, or 8 baseboard GPUs), or None when nothing says so."""
     fm = snap.fabric_manager
     if fm.nvswitch:
         return "NVSwitch devices present"
-    switches = [d for d in snap.pci or [] if is_nvswitch({"class": d.kind, "name": d.name})]
+    switches = nvswitches_in_lspci(snap)
     if switches:
-        return f"{len(switches)} NVSwitch(es) on the PCIe bus (lspci)"
+        return f"{switches} NVSwitch(es) on the PCIe bus (lspci)"
     gpus = snap.gpus or []
     if any(g.fabric_state for g in gpus):
         return "GPUs report an NVLink fabric state"
