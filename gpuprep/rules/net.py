@@ -217,9 +217,9 @@ def _gpu_numa_nodes(snap) -> set:
     return {n for n in nodes if isinstance(n, int) and n >= 0}
 
 
-def _placement(snap, name: str, numa_node: Optional[int]) -> Optional[tuple]:
+def _placement(snap, topo_paths: Optional[list], numa_node: Optional[int]) -> Optional[tuple]:
     """(nearest path to a GPU, where that was read) for one NIC, or None when neither topo -m nor NUMA nodes say."""
-    paths = [p for p in _topo_paths(snap.topology, name) or [] if p in _PATHS]
+    paths = [p for p in topo_paths or [] if p in _PATHS]
     if paths:
         return min(paths, key=_PATHS.index), "nvidia-smi topo -m"
     gpu_nodes = _gpu_numa_nodes(snap)
@@ -242,9 +242,8 @@ def _rdma_nics(snap) -> Dict[str, Optional[int]]:
     return nics
 
 
-def _stranded_by_topo(topo, nics) -> list:
-    """The GPUs whose every known path to an RDMA NIC is SYS in topo -m."""
-    paths = [_topo_paths(topo, name) or [] for name in nics]
+def _stranded_by_topo(topo, paths: list) -> list:
+    """The GPUs whose every known path to an RDMA NIC is SYS in topo -m (`paths`: each NIC's, GPU by GPU)."""
     known = [[p[i] for p in paths if len(p) > i and p[i] in _PATHS] for i in range(len(topo.gpus()))]
     return [gpu for gpu, found in zip(topo.gpus(), known) if found and set(found) == {"SYS"}]
 
@@ -258,10 +257,10 @@ def _stranded_by_numa(gpus, nics: Dict[str, Optional[int]]) -> list:
             and g.numa_node not in nic_nodes]
 
 
-def _stranded_gpus(snap, nics: Dict[str, Optional[int]]) -> list:
+def _stranded_gpus(snap, nics: Dict[str, Optional[int]], paths: Dict[str, Optional[list]]) -> list:
     """The GPUs with no RDMA NIC nearer than the CPU interconnect: NCCL carries their traffic through a far NIC."""
-    if snap.topology and any(_topo_paths(snap.topology, name) for name in nics):
-        return _stranded_by_topo(snap.topology, nics)
+    if any(paths.values()):
+        return _stranded_by_topo(snap.topology, [p for p in paths.values() if p])
     return _stranded_by_numa(snap.gpus, nics)
 
 
@@ -274,10 +273,11 @@ def nic_placement(snap, ctx):
     if not snap.gpus and not (snap.topology and snap.topology.gpus()):
         return []
     nics, wanted = _rdma_nics(snap), nccl_hcas(snap)
-    stranded = _stranded_gpus(snap, nics)
+    paths = {name: _topo_paths(snap.topology, name) for name in nics}
+    stranded = _stranded_gpus(snap, nics, paths)
     findings, judged = [], 0
     for name, numa_node in sorted(nics.items()):
-        placed = _placement(snap, name, numa_node)
+        placed = _placement(snap, paths[name], numa_node)
         if placed is None:
             continue
         judged += 1
