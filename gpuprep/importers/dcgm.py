@@ -55,19 +55,21 @@ def _dicts(value: Any) -> List[dict]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
+_STATUSES = ("Fail", "Warn", "Pass", "Skip")        # DCGM's words, the worst first
+
+
 def _status(value: Any) -> str:
     """DCGM's status words as DCGM writes them (Pass, Fail, Warn, Skip) whatever their case; any other word is kept,
     so that the rule can say it does not know it rather than pass it."""
     text = str(value if value is not None else "").strip()
-    return next((s for s in ("Fail", "Warn", "Pass", "Skip") if s.lower() == text.lower()), text)
+    return next((s for s in _STATUSES if s.lower() == text.lower()), text)
 
 
 def _test_from_json(test: dict, category: Optional[str]) -> DcgmTest:
     results = _dicts(test.get("results"))
     summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else {}
     statuses = [_status(r.get("status")) for r in results] + [_status(summary.get("status"))]
-    known = ("Fail", "Warn", "Pass", "Skip")
-    status = next((s for s in known if s in statuses), next((s for s in statuses if s), ""))
+    status = next((s for s in _STATUSES if s in statuses), next((s for s in statuses if s), ""))
     bad = [r for r in results if _status(r.get("status")) in ("Fail", "Warn")]
     gpus = ",".join(g for g in (_gpu(r) for r in (bad or results)) if g)
     messages = [m for r in bad for m in _messages(r)]
