@@ -73,6 +73,22 @@ def test_slow_rank_is_named_as_the_straggler():
 
 
 @pytest.mark.slow
+def test_the_ranks_run_with_the_env_file_apply_wrote_unquoted(tmp_path):
+    """The loop on one host: the file `gpuprep nccl-env` prints (byte for byte what the nccl_env role writes) is
+    the environment every rank sees, without the file's quotes. The old reader handed NCCL '"=lo"'."""
+    done = run_cli("nccl-env", "--socket-ifname", "=lo", "--set", "NCCL_DEBUG=WARN")
+    assert done.returncode == 0, done.stderr
+    env_file = tmp_path / "env"
+    env_file.write_text(done.stdout)
+    run = launch(6, 2, "gloo", env_file=str(env_file))
+    assert sorted(run.ranks) == [0, 1], run.log_tail
+    for rank in run.ranks.values():
+        assert rank["env"]["NCCL_SOCKET_IFNAME"] == "=lo" and rank["env"]["NCCL_DEBUG"] == "WARN"
+        assert rank["env"]["OMP_NUM_THREADS"].isdigit() and rank["steps"] > 0
+    assert [f.id for f in judge(run) if f.severity == "fail"] == []
+
+
+@pytest.mark.slow
 def test_dead_rank_ends_the_run_and_is_named():
     run = launch(8, 2, "gloo", env={"GPUPREP_BURNIN_TEST_DIE_RANK": "1"})
     assert not run.timed_out          # it ended when the rank died, not when the hang watchdog fired

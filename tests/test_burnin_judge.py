@@ -167,3 +167,16 @@ def test_a_rank_two_hosts_claim_is_believed_from_neither():
     forged = dict(gpu_rank(0, 360.0), host="node2")
     ranks, world, problems = merge_reports({"node1": [failing, gpu_rank(1, 360.0)], "node2": [forged]})
     assert sorted(ranks) == [1] and world == 8 and problems == ["node1 and node2 each report rank 0"]
+
+
+def test_a_rank_that_trained_no_step_fails_the_run():
+    """A run whose ranks reported collectives and memory but no training step proved nothing about the GPUs: the
+    old judge called it a pass (median_step_ms None), which CI once saw on a loaded machine."""
+    ranks = [gpu_rank(r, 360.0) for r in range(8)]
+    ranks[3].update(steps=0, compute_ms=[], step_ms=[])
+    findings = judge(run_of(ranks))
+    assert [(f.id, f.subject.split(" (")[0]) for f in findings if f.severity == "fail"] == [("burnin.no-steps", "rank 3")]
+    assert not [f for f in findings if f.id == "burnin.pass"]
+    for rank in ranks:
+        rank.update(steps=20, step_ms=[9.0] * 20)
+    assert [f.id for f in judge(run_of(ranks)) if f.severity == "fail"] == []

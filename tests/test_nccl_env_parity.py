@@ -94,3 +94,20 @@ def test_role_and_cli_write_the_same_file_on_an_8_gpu_rdma_host(tmp_path):
 
     again = subprocess.run(done.args, capture_output=True, text=True, timeout=300, env=env)
     assert re.search(r"localhost\s*:.*changed=0", again.stdout), again.stdout[-2000:]
+
+
+def test_the_env_file_reads_back_as_systemd_reads_it(tmp_path):
+    """What `nccl-env` writes (double-quoted, \\ " $ ` escaped) is what the burn-in hands its ranks: the quotes
+    are the file's syntax. The old reader kept them, so NCCL_SOCKET_IFNAME reached NCCL as '"=eth0"'."""
+    from gpuprep.burnin import nccl_env_file
+    from gpuprep.errors import BadInput
+    done = run_cli("nccl-env", "--socket-ifname", "=eth0", "--set", "NCCL_DEBUG=WARN", "--set", "NCCL_IB_HCA=^mlx5_2")
+    assert done.returncode == 0, done.stderr
+    env_file = tmp_path / "env"
+    env_file.write_text(done.stdout)
+    env = nccl_env_file(str(env_file))
+    assert env["NCCL_SOCKET_IFNAME"] == "=eth0" and env["NCCL_DEBUG"] == "WARN" and env["NCCL_IB_HCA"] == "^mlx5_2"
+    assert all('"' not in value for value in env.values()) and env["OMP_NUM_THREADS"].isdigit()
+    env_file.write_text(done.stdout + 'NCCL_ALGO="Ring\n')      # a line cut short: refused, naming the line
+    with pytest.raises(BadInput, match=r"env: line \d+ is not NAME="):
+        nccl_env_file(str(env_file))

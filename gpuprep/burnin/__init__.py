@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
-from ..errors import bad_argument
+from ..errors import BadInput, bad_argument
 
 GRACE_SECONDS = 15
 DEFAULT_RDZV_TIMEOUT = 60.0
@@ -188,16 +188,19 @@ def free_port() -> int:
 
 
 def nccl_env_file(path: str = "/etc/gpuprep/env") -> Dict[str, str]:
-    """The NCCL/OMP environment `gpuprep apply --tags nccl_env` wrote, when there is one."""
-    env: Dict[str, str] = {}
+    """The NCCL/OMP environment `gpuprep apply --tags nccl_env` wrote, when there is one, read as systemd reads
+    it (the quotes are the file's syntax: NCCL_SOCKET_IFNAME="=eth0" reaches NCCL as =eth0). A line this file's
+    writer never produces is refused, naming it: half an environment would send NCCL the wrong way."""
+    from ..module_utils.gpuprep_ncclenv import parse_env_file
     try:
-        with open(path) as fh:
-            for line in fh:
-                key, sep, value = line.strip().partition("=")
-                if sep and not key.startswith("#"):
-                    env[key] = value
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 20)
     except OSError:
-        pass
+        return {}
+    env, skipped = parse_env_file(text)
+    if skipped:
+        raise BadInput(f"{path}: line {skipped[0]} is not NAME=\"value\" as `gpuprep apply` writes it; "
+                       "fix or re-apply the nccl_env role")
     return env
 
 
@@ -252,14 +255,15 @@ def _rank_results(out_dir: str) -> Dict[int, dict]:
 def launch(duration: float, nproc: int, backend: str, env: Optional[Dict[str, str]] = None,
            nnodes: int = 1, node_rank: int = 0, master: Optional[str] = None,
            rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT, out_dir: Optional[str] = None,
-           on_progress: Optional[Callable[[dict], None]] = None) -> RunResult:
+           on_progress: Optional[Callable[[dict], None]] = None,
+           env_file: str = "/etc/gpuprep/env") -> RunResult:
     """Run torchrun for this node (watched by _watch) and gather each rank's results and the new Xids."""
     preflight(nnodes, node_rank, master)
     keep = out_dir is not None
     out_dir = out_dir or tempfile.mkdtemp(prefix="gpuprep-burnin-")
     os.makedirs(out_dir, exist_ok=True)
     argv = _torchrun(duration, nproc, backend, nnodes, node_rank, master, out_dir)
-    child_env = child_environment(dict(os.environ), nccl_env_file(), env)
+    child_env = child_environment(dict(os.environ), nccl_env_file(env_file), env)
     xids_before = _xids()
     start = time.monotonic()
     with tempfile.TemporaryFile(mode="w+") as log:

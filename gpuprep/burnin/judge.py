@@ -91,6 +91,17 @@ def missing_ranks(ranks: Ranks) -> List[Finding]:
     return findings
 
 
+@burnin_rule("burnin.no-steps")
+def no_steps(ranks: Ranks) -> List[Finding]:
+    """A rank that reported without a single timed training step proved nothing about its GPU: it fails, never
+    passes on the strength of the collectives alone."""
+    return [Finding("burnin.no-steps", "fail", _label(rank), f"{_label(rank)} completed no training step",
+                    {"steps": rank.get("steps"), "step_ms": len(rank.get("step_ms") or [])},
+                    "Run the burn-in again with a longer --duration; if it repeats, look at what held this rank "
+                    "before its first step (the log tail, `gpuprep check`)")
+            for rank in ranks.complete if rank.get("steps") == 0 or not rank.get("step_ms")]
+
+
 @burnin_rule("burnin.straggler")
 def straggler(ranks: Ranks) -> List[Finding]:
     if len(ranks.complete) < 2:

@@ -50,6 +50,8 @@ class RankFields:
     backend: Optional[str] = None
     gpu_name: Optional[str] = None
     pci_bus_id: Optional[str] = None
+    steps: Optional[int] = None
+    env: Optional[Dict[str, str]] = None
     compute_ms: Optional[List[float]] = None
     step_ms: Optional[List[float]] = None
     allreduce: Optional[List[_SweepRow]] = None

@@ -34,13 +34,15 @@ OTHER_COLLECTIVES_MIB = 256  # all-gather / reduce-scatter at one size (a full c
 LEARNING_RATE = 1e-3
 
 
-def build_model(torch, width: int, layers: int):
+def build_model(torch, width: int, layers: int, device=None):
     """The load: square bias-free Linear layers with ReLUs between. He initialisation keeps the activations'
     scale through the stack; nn.Linear's default init shrinks it about 2.4x a layer, so on a deep fp16 stack the
-    output and its gradient underflowed to zero and the GEMMs multiplied zeros, below the GPU's power limit."""
+    output and its gradient underflowed to zero and the GEMMs multiplied zeros, below the GPU's power limit.
+    Built and initialised on the device: on the CPU one 8192x8192 layer took 1.7-4.7 s on a busy host, and an
+    H100's 22 layers outlasted the training window (a run that trained nothing)."""
     stack = []
     for _ in range(layers):
-        linear = torch.nn.Linear(width, width, bias=False)
+        linear = torch.nn.Linear(width, width, bias=False, device=device)
         torch.nn.init.kaiming_normal_(linear.weight, nonlinearity="relu")
         stack += [linear, torch.nn.ReLU()]
     return torch.nn.Sequential(*stack[:-1])
@@ -67,6 +69,15 @@ def _test_hook(rank: int):
         if die and steps == 3:
             os._exit(17)
     return after_step
+
+
+TUNING_PREFIXES = ("NCCL_", "GLOO_", "OMP_", "TORCH_NCCL_")
+
+
+def _tuning_env() -> dict:
+    """The NCCL/gloo/OpenMP settings this rank ran with, as it saw them (the report shows what the rank got, not
+    what the launcher meant to give it)."""
+    return {key: value for key, value in sorted(os.environ.items()) if key.startswith(TUNING_PREFIXES)}
 
 
 def _arguments():
@@ -114,25 +125,26 @@ def _cpu_load(torch, max_mib: int) -> _Load:
 
 
 def _train(torch, dist, device, use_cuda: bool, load: _Load, seconds: float, progress, after_step) -> dict:
-    """DDP training until the deadline every rank agrees on; each step's compute time (no gradient sync) and
-    full step time. The model's memory is freed before returning."""
+    """DDP training for `seconds` counted from the end of the first step (building the model, DDP's first
+    broadcast and the first step's kernel selection are set-up, however long a busy host takes for them); each
+    step's compute time (no gradient sync) and full step time. The model's memory is freed before returning."""
     from torch.nn.parallel import DistributedDataParallel as DDP
-    deadline = time.monotonic() + seconds
     torch.manual_seed(1234)
-    model = build_model(torch, load.plan.width, load.plan.layers).to(device)
+    model = build_model(torch, load.plan.width, load.plan.layers, device)
     ddp = DDP(model, device_ids=[device.index] if use_cuda else None)
     optimiser = torch.optim.SGD(ddp.parameters(), lr=LEARNING_RATE)
     batch = torch.randn(load.plan.batch, load.plan.width, device=device)
     sync = torch.cuda.synchronize if use_cuda else (lambda: None)
     compute_ms, step_ms = [], []
+    deadline = None
     while True:
         # every rank must agree on the step count, so the deadline is decided collectively
-        go = torch.tensor([1.0 if time.monotonic() < deadline else 0.0], device=device)
+        go = torch.tensor([1.0 if deadline is None or time.monotonic() < deadline else 0.0], device=device)
         dist.all_reduce(go, op=dist.ReduceOp.MIN)
         if go.item() == 0.0:
             break
         if len(step_ms) % 10 == 0:
-            progress("training", 1 - max(0.0, deadline - time.monotonic()) / seconds)
+            progress("training", 0.0 if deadline is None else 1 - max(0.0, deadline - time.monotonic()) / seconds)
         start = time.perf_counter()
         with ddp.no_sync():
             with load.autocast:
@@ -151,6 +163,8 @@ def _train(torch, dist, device, use_cuda: bool, load: _Load, seconds: float, pro
         load.scaler.update()
         sync()
         step_ms.append((time.perf_counter() - start) * 1000)
+        if deadline is None:
+            deadline = time.monotonic() + seconds
     # the load's memory goes back to the GPU before the memory check sizes itself from what is free
     del ddp, model, optimiser, batch
     return {"steps": len(step_ms), "compute_ms": [round(v, 3) for v in compute_ms],
@@ -176,7 +190,7 @@ def main() -> None:
     progress = (lambda phase, done: _write(os.path.join(args.out, "progress.json"),
                                            {"phase": phase, "done": round(done, 3)})) if local_rank == 0 else (lambda *a: None)
     result = {"rank": rank, "world_size": world, "host": socket.gethostname(), "backend": backend,
-              "device": str(device), "local_rank": local_rank}
+              "device": str(device), "local_rank": local_rank, "env": _tuning_env()}
     load = _gpu_load(torch, device, local_rank, args.max_mib, result) if use_cuda else _cpu_load(torch, args.max_mib)
     result["load"] = load.plan.to_dict()
     phase = load.monitor.phase if load.monitor is not None else (lambda name: None)

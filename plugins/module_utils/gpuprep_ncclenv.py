@@ -144,6 +144,26 @@ def render_env_file(env):
     return HEADER + "".join("%s=%s\n" % (key, quote(env[key])) for key in sorted(env))
 
 
+_LINE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)=(?:"((?:[^"\\]|\\.)*)"|([^"\'\\\s]*))\s*')
+
+
+def parse_env_file(text):
+    """The variables of a file render_env_file wrote, as systemd's EnvironmentFile reads them: the quotes are
+    syntax, not part of the value (NCCL_SOCKET_IFNAME="=eth0" is =eth0). Comments and blank lines are skipped;
+    a line in no form this writer uses is skipped too and named in the second item (never passed on half-read)."""
+    env, skipped = {}, []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _LINE.fullmatch(line.strip())
+        if not match:
+            skipped.append(number)
+            continue
+        quoted, bare = match.group(2), match.group(3)
+        env[match.group(1)] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else bare
+    return env, skipped
+
+
 def render_profile_script(env_file):
     """The /etc/profile.d script that exports the file to login shells."""
     return "# Managed by gpuprep (nccl_env)\nset -a; . %s; set +a\n" % shell_word(env_file)
