@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -28,8 +29,6 @@ def probe_software(root: Root) -> Software:
     software.nccl_version = _header_version(root, "nccl.h", "NCCL")
     if root.live:
         software.torch = _torch_from_metadata()
-        if software.torch is not None:
-            _torch_from_subprocess(software.torch)
         if software.nccl_version is None:
             for major in (13, 12, 11):
                 version = _dist_version(f"nvidia-nccl-cu{major}")
@@ -107,36 +106,52 @@ def _torch_from_metadata() -> Optional[TorchInfo]:
         return info
     cuda = re.search(r"^cuda\s*(?::\s*\S+)?\s*=\s*'([^']+)'", text, re.M)
     info.cuda = cuda.group(1) if cuda else None
+    if info.cuda:
+        info.arch_list = _torch_arch_list(dist)
+        info.cudnn = _torch_cudnn(info)
     return info
 
 
-_TORCH_QUERY = (
-    "import json, torch\n"
-    "cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None\n"
-    "arch = torch.cuda.get_arch_list() if torch.version.cuda else []\n"
-    "print(json.dumps({'cuda': torch.version.cuda, 'cudnn': cudnn, 'arch': arch}))\n")
-TORCH_TIMEOUT = 30
+# torch.cuda.get_arch_list() is the CUDA_ARCH_FLAGS string compiled into libtorch_python.so ("sm_75 sm_80 ... sm_120"
+# in torch 2.14.1+cu130): read from the file, torch is never imported (seconds, and hundreds of MB, on every check)
+_ARCH_FLAGS = re.compile(rb"(?:sm|compute)_\d+[a-z]?(?: (?:sm|compute)_\d+[a-z]?)+")
+_TORCH_LIBRARY_MAX = 1 << 30
 
 
-def _torch_from_subprocess(info: TorchInfo) -> None:
-    """torch's compiled arch list and cuDNN, asked of a child interpreter (importing torch here would
-    cost seconds and hundreds of MB); left unknown if it does not answer in time."""
-    import sys
+def _torch_arch_list(dist) -> Optional[List[str]]:
+    """Scanned in 8 MiB chunks, each overlapping the last by more than the longest flags string; the regex only
+    runs where memchr-fast find() sees "sm_" (a few places in a 34 MB library)."""
     try:
-        done = subprocess.run([sys.executable, "-c", _TORCH_QUERY], capture_output=True, text=True,
-                              timeout=TORCH_TIMEOUT)
-        data = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        data = None
-    if not data:
-        return
-    info.cuda = info.cuda or data.get("cuda")
-    cudnn = data.get("cudnn")
-    if cudnn:   # e.g. 90100 -> 9.1.0 (cuDNN 9: major*10000 + minor*100 + patch; cuDNN 8: major*1000 + minor*100 + patch)
-        major = cudnn // 10000 if cudnn >= 90000 else cudnn // 1000
-        rest = cudnn - major * (10000 if cudnn >= 90000 else 1000)
-        info.cudnn = f"{major}.{rest // 100}.{rest % 100}"
-    info.arch_list = [a for a in data.get("arch") or [] if a.startswith("sm_")] or None
+        with open(dist.locate_file("torch/lib/libtorch_python.so"), "rb") as fh:
+            tail, read = b"", 0
+            while read < _TORCH_LIBRARY_MAX:
+                chunk = fh.read(8 << 20)
+                if not chunk:
+                    return None
+                read += len(chunk)
+                found = _arch_flags(tail + chunk)
+                if found:
+                    return found
+                tail = chunk[-512:]
+    except OSError:
+        return None
+    return None
+
+
+def _arch_flags(data: bytes) -> Optional[List[str]]:
+    at = data.find(b"sm_")
+    while at >= 0:
+        match = _ARCH_FLAGS.match(data, at)
+        if match and match.end() < len(data):
+            return [a for a in match.group().decode().split() if a.startswith("sm_")] or None
+        at = data.find(b"sm_", at + 3)
+    return None
+
+
+def _torch_cudnn(info: TorchInfo) -> Optional[str]:
+    """The cuDNN a pip wheel of torch runs with: the nvidia-cudnn-cuXX wheel of its CUDA major."""
+    major = (info.cuda or "").split(".")[0]
+    return _dist_version(f"nvidia-cudnn-cu{major}") if major.isdigit() else None
 
 
 def _ctk_version() -> Optional[str]:
