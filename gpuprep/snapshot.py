@@ -117,6 +117,8 @@ class Gpu:
     # handle, "GPU requires reset"), and the fields it reported as an error instead of a value (ERR!, ...)
     failure: Optional[str] = None
     unreadable: Optional[List[str]] = None
+    # NVML counts it but this process may not open it (NO_PERMISSION: another Slurm job's GPU behind the cgroup)
+    not_permitted: Optional[bool] = None
 
 
 @dataclass

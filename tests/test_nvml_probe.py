@@ -291,3 +291,67 @@ def test_probe_without_the_library_says_so(tmp_path):
     assert done.returncode == 0, done.stderr
     snap = Snapshot.from_json(done.stdout)
     assert snap.nvml.available is False and snap.nvml.reason == "driver-not-loaded" and snap.gpus is None
+
+
+# nvml.h: every error but these three means the GPU (or driver) failed to answer, not that a field is unknown
+FAILING_CODES = ["TIMEOUT", "INSUFFICIENT_POWER", "DRIVER_NOT_LOADED", "IRQ_ISSUE", "MEMORY", "CORRUPTED_INFOROM",
+                 "GPU_IS_LOST", "RESET_REQUIRED", "UNKNOWN", "OPERATING_SYSTEM", "LIB_RM_VERSION_MISMATCH",
+                 "INVALID_ARGUMENT", "INSUFFICIENT_RESOURCES"]
+
+
+@pytest.mark.parametrize("code", FAILING_CODES)
+def test_a_gpu_answering_any_real_error_fails_and_npd_is_not_healthy(code, tmp_path):
+    """A GPU that answers every query with TIMEOUT or INSUFFICIENT_POWER (its power cables) was read as 'every
+    field unknown' and `npd` said healthy."""
+    captured = import_files([corpus(H100)])
+    config = _configure(tmp_path, captured, errors=[(4, fn, code, 1) for fn in (
+        "nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature",
+        "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetClockInfo")])
+    gpus = _gpus(nvml_stub.probe_json(config))
+    assert gpus[4].failure and "nvmlDeviceGet" in gpus[4].failure and gpus[5].failure is None
+    failed = [(f.id, f.subject.split()[0]) for f in evaluate(Snapshot(gpus=gpus)) if f.severity == "fail"]
+    assert ("gpu.unreachable", "GPU4") in failed
+
+
+@pytest.mark.parametrize("code", ["NOT_SUPPORTED", "NO_PERMISSION", "FUNCTION_NOT_FOUND"])
+def test_only_the_three_unknown_answers_leave_a_field_unknown(code, tmp_path):
+    captured = import_files([corpus(H100)])
+    config = _configure(tmp_path, captured, errors=[(4, "nvmlDeviceGetPowerUsage", code, 1)])
+    gpu = _gpus(nvml_stub.probe_json(config))[4]
+    assert gpu.power_draw_w is None and gpu.failure is None and gpu.name == captured.gpus[4].name
+
+
+def test_a_gpu_nvml_enumerates_but_cannot_name_fails(tmp_path):
+    captured = import_files([corpus(H100)])
+    config = _configure(tmp_path, captured, errors=[(6, "nvmlDeviceGetName", "NOT_SUPPORTED", 1)])
+    gpus = _gpus(nvml_stub.probe_json(config))
+    assert gpus[6].failure == "NVML opened it but cannot name it"
+
+
+def test_a_count_nvml_cannot_give_is_a_driver_failure(tmp_path):
+    captured = import_files([corpus(H100)])
+    config = _configure(tmp_path, captured, errors=[("*", "nvmlDeviceGetCount_v2", "UNKNOWN", 1)])
+    facts = nvml_stub.probe_json(config)
+    assert facts["status"]["available"] is False and "nvmlDeviceGetCount" in facts["status"]["message"]
+    assert facts["gpus"] == []
+
+
+def test_gpus_of_another_slurm_job_are_not_broken_and_get_no_burn_in_rank(tmp_path):
+    """In a Slurm job with ConstrainDevices, NVML counts the node's 8 GPUs and answers NO_PERMISSION opening the
+    6 the job was not given: each was gpu.unreachable FAIL with drain/RMA advice, and the burn-in started 8 ranks."""
+    captured = import_files([corpus(H100)])
+    config = _configure(tmp_path, captured, errors=[(i, "nvmlDeviceGetHandleByIndex_v2", "NO_PERMISSION", 1)
+                                                    for i in range(2, 8)])
+    facts = nvml_stub.probe_json(config)
+    gpus = _gpus(facts)
+    assert [g.not_permitted for g in gpus] == [None, None] + [True] * 6
+    findings = evaluate(Snapshot(gpus=gpus))
+    assert [f.id for f in findings if f.severity == "fail"] == []
+    (hidden,) = [f for f in findings if f.id == "gpu.not-permitted"]
+    assert hidden.severity == "info" and hidden.evidence["not_permitted"] == [2, 3, 4, 5, 6, 7]
+    done = nvml_stub.run(config, [sys.executable, "-c", "from gpuprep.burnin import detect_gpus; print(detect_gpus())"])
+    assert done.stdout.strip() == "2", done.stderr
+    everything = _configure(tmp_path, captured, errors=[("*", "nvmlDeviceGetHandleByIndex_v2", "NO_PERMISSION", 1)])
+    (none_opened,) = [f for f in evaluate(Snapshot(gpus=_gpus(nvml_stub.probe_json(everything))))
+                      if f.id == "gpu.not-permitted"]
+    assert none_opened.severity == "warn"

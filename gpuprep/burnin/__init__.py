@@ -159,7 +159,8 @@ def torch_problem(version: Optional[str] = None) -> Optional[str]:
 def detect_gpus() -> int:
     from ..probe.nvml import probe
     facts = probe()
-    return len(facts.gpus) if facts.status.available else 0
+    # a GPU this process may not open (another Slurm job's, behind the cgroup) gets no rank
+    return sum(not gpu.not_permitted for gpu in facts.gpus) if facts.status.available else 0
 
 
 def worker_options(backend: str, collective_timeout: float) -> List[str]:

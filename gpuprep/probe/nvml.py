@@ -1,9 +1,13 @@
 """The one module that talks to NVML (through nvidia-ml-py).
 
 Init failures (no driver, no library, driver/library mismatch, no permission) are recorded as a
-reason, never raised. After init, every query is guarded on its own: a GPU that cannot report a
-field (NotSupported, NoPermission, GPU lost, a function the driver lacks) leaves that field
-unknown and the rest of the GPU is still read.
+reason, never raised. After init, every query is guarded on its own. Only three answers mean "this
+field is unknown": NOT_SUPPORTED, NO_PERMISSION and FUNCTION_NOT_FOUND (nvml.h); every other error
+(TIMEOUT, INSUFFICIENT_POWER, DRIVER_NOT_LOADED after a good init, GPU_IS_LOST, UNKNOWN, ...) is the GPU
+failing and fails it. A query may name the further answers that mean "not there" for it alone (a link
+index past the GPU's links, an empty MIG slot). A GPU NVML counts but this process may not open
+(NO_PERMISSION: another job's GPU under Slurm's cgroups) is marked so, not failed; a count NVML cannot
+give is a driver failure.
 """
 from __future__ import annotations
 
@@ -85,48 +89,68 @@ def _read_all(nvml: Any) -> NvmlFacts:
     cuda = ask(getattr(nvml, "nvmlSystemGetCudaDriverVersion_v2", None)) or ask(getattr(nvml, "nvmlSystemGetCudaDriverVersion", None))
     if cuda:
         facts.cuda_driver_version = f"{cuda // 1000}.{(cuda % 1000) // 10}"
-    count = ask(getattr(nvml, "nvmlDeviceGetCount", None)) or 0
+    try:
+        count = nvml.nvmlDeviceGetCount()
+    except nvml.NVMLError as exc:
+        # the driver answered init and then cannot say how many GPUs it has: the driver is failing
+        facts.status = NvmlStatus(available=False, reason="error", message=f"nvmlDeviceGetCount failed: {exc}",
+                                  library_version=facts.status.library_version)
+        return facts
     for index in range(count):
-        try:
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        except nvml.NVMLError as exc:
-            # lost or inaccessible: still counted, and judged by what NVML said ("GPU is lost", "Unknown Error")
-            facts.gpus.append(Gpu(index=index, failure=f"NVML cannot open it: {exc}"))
-            continue
-        ask.fatal = []
-        gpu = _read_gpu(nvml, ask, index, handle)
-        if ask.fatal:
-            gpu.failure = ask.fatal[0] + (f" (and {len(ask.fatal) - 1} more queries)" if len(ask.fatal) > 1 else "")
-        facts.gpus.append(gpu)
+        facts.gpus.append(_open_and_read(nvml, ask, index))
     return facts
 
 
-# NVML answers that mean the GPU itself stopped working, not that it lacks one sensor: the GPU is failed,
-# never left "unknown" (NVML's own docs: GPU_IS_LOST = fallen off the bus; RESET_REQUIRED; an internal driver error)
-_FATAL_CODES = ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED", "NVML_ERROR_UNKNOWN", "NVML_ERROR_IRQ_ISSUE")
+def _open_and_read(nvml: Any, ask: "_Asker", index: int) -> Gpu:
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    except nvml.NVMLError as exc:
+        if getattr(exc, "value", None) == getattr(nvml, "NVML_ERROR_NO_PERMISSION", object()):
+            # nvml.h: counted, but this process may not talk to it (a Slurm job's cgroup hides the others)
+            return Gpu(index=index, not_permitted=True)
+        # lost or broken: still counted, and judged by what NVML said ("GPU is lost", "Unknown Error")
+        return Gpu(index=index, failure=f"NVML cannot open it: {exc}")
+    ask.fatal = []
+    gpu = _read_gpu(nvml, ask, index, handle)
+    if gpu.name is None and not ask.fatal:
+        ask.fatal.append("NVML opened it but cannot name it")
+    if ask.fatal:
+        gpu.failure = ask.fatal[0] + (f" (and {len(ask.fatal) - 1} more queries)" if len(ask.fatal) > 1 else "")
+    return gpu
+
+
+# The only NVML answers that mean "this GPU cannot report this field" (nvml.h); any other error is the GPU
+# (or its driver) failing: TIMEOUT, INSUFFICIENT_POWER (power cables), DRIVER_NOT_LOADED, GPU_IS_LOST, UNKNOWN...
+_UNKNOWN_CODES = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_NO_PERMISSION", "NVML_ERROR_FUNCTION_NOT_FOUND")
 
 
 class _Asker:
-    """Calls one NVML query. An error the GPU answers for one field (not supported, no permission, a function
-    this driver lacks) means 'unknown' for that field only; an error that says the GPU itself is gone is kept
-    in `fatal` so the caller fails the GPU instead of reporting it with every field unknown."""
+    """Calls one NVML query. An answer in _UNKNOWN_CODES, or in the query's own `absent` codes (what nvml.h says
+    that call answers for a thing that is not there), leaves the field unknown; any other error is kept in
+    `fatal` so the caller fails the GPU instead of reporting it with every field unknown."""
 
     def __init__(self, nvml: Any):
         self.nvml = nvml
         self.fatal: List[str] = []
-        self._fatal_codes = {getattr(nvml, name) for name in _FATAL_CODES if hasattr(nvml, name)}
+        self._unknown = {getattr(nvml, name) for name in _UNKNOWN_CODES if hasattr(nvml, name)}
 
-    def __call__(self, fn: Callable, *args):
+    def __call__(self, fn: Callable, *args, absent: tuple = ()):
         if fn is None:
             return None
         try:
             return fn(*args)
         except self.nvml.NVMLError as exc:
-            if getattr(exc, "value", None) in self._fatal_codes:
+            code = getattr(exc, "value", None)
+            if code not in self._unknown and code not in {getattr(self.nvml, name, None) for name in absent}:
                 self.fatal.append(f"NVML answered '{exc}' to {getattr(fn, '__name__', 'a query')}")
             return None
         except (AttributeError, NotImplementedError):   # function missing in this driver/binding
             return None
+        except UnicodeDecodeError:      # text that is not UTF-8 (nvidia-ml-py decodes it): not a value
+            return None
+
+
+_NO_SUCH = ("NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_FOUND")   # an index or key past what the GPU has
 
 
 def _identity(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
@@ -157,7 +181,8 @@ def _modes(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
         gpu.mig_mode_current, gpu.mig_mode_pending = bool(mig[0]), bool(mig[1])
     if gpu.mig_mode_current:
         slots = ask(getattr(nvml, "nvmlDeviceGetMaxMigDeviceCount", None), h) or 0
-        gpu.mig_devices = sum(ask(getattr(nvml, "nvmlDeviceGetMigDeviceHandleByIndex", None), h, i) is not None for i in range(slots))
+        gpu.mig_devices = sum(ask(getattr(nvml, "nvmlDeviceGetMigDeviceHandleByIndex", None), h, i, absent=_NO_SUCH)
+                              is not None for i in range(slots))
 
 
 def _clocks(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
@@ -176,7 +201,8 @@ def _clocks(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
     mem_clocks = ask(getattr(nvml, "nvmlDeviceGetSupportedMemoryClocks", None), h)
     if mem_clocks:
         gpu.supported_clocks = [
-            ClockPair(mem_mhz=m, graphics_mhz=list(ask(getattr(nvml, "nvmlDeviceGetSupportedGraphicsClocks", None), h, m) or []))
+            ClockPair(mem_mhz=m, graphics_mhz=list(ask(getattr(nvml, "nvmlDeviceGetSupportedGraphicsClocks", None), h, m,
+                                                       absent=_NO_SUCH) or []))
             for m in mem_clocks]
 
 
@@ -276,7 +302,7 @@ def _fabric(nvml: Any, ask: "_Asker", h: Any):
     if versioned is not None and query_v is not None:
         info = versioned()
         info.version = getattr(nvml, "nvmlGpuFabricInfo_v2")
-        if ask(query_v, h, ctypes.byref(info)) is None:
+        if ask(query_v, h, ctypes.byref(info), absent=("NVML_ERROR_ARGUMENT_VERSION_MISMATCH",)) is None:
             info = None
     if info is None:
         plain, query = getattr(nvml, "c_nvmlGpuFabricInfo_t", None), getattr(nvml, "nvmlDeviceGetGpuFabricInfo", None)
@@ -298,10 +324,10 @@ def _fabric(nvml: Any, ask: "_Asker", h: Any):
 def _nvlinks(nvml: Any, ask: _Asker, h: Any) -> Optional[List[NvLink]]:
     links: List[NvLink] = []
     for link in range(nvml.NVML_NVLINK_MAX_LINKS):
-        state = ask(getattr(nvml, "nvmlDeviceGetNvLinkState", None), h, link)
+        state = ask(getattr(nvml, "nvmlDeviceGetNvLinkState", None), h, link, absent=_NO_SUCH)
         if state is None:
             continue
-        version = ask(getattr(nvml, "nvmlDeviceGetNvLinkVersion", None), h, link)
+        version = ask(getattr(nvml, "nvmlDeviceGetNvLinkVersion", None), h, link, absent=_NO_SUCH)
         links.append(NvLink(link=link, active=bool(state),
                             version=_NVLINK_VERSIONS.get(version) if version is not None else None))
     return links or None
@@ -336,7 +362,7 @@ def _handle_for(nvml: Any, ask: _Asker, index: int, uuid: Optional[str]):
         return ask(getattr(nvml, "nvmlDeviceGetHandleByIndex", None), index)
     names = [uuid] if uuid.startswith(("GPU-", "MIG-")) else ["GPU-" + uuid, "MIG-" + uuid]
     by_uuid = getattr(nvml, "nvmlDeviceGetHandleByUUID", None)
-    h = next((found for found in (ask(by_uuid, name) for name in names) if found is not None), None)
+    h = next((found for found in (ask(by_uuid, name, absent=_NO_SUCH) for name in names) if found is not None), None)
     if h is not None and ask(getattr(nvml, "nvmlDeviceIsMigDeviceHandle", None), h):
         h = ask(getattr(nvml, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", None), h)
     return h

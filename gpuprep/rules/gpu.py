@@ -191,6 +191,29 @@ def unanswered(snap, ctx):
     return out
 
 
+@rule("gpu.not-permitted")
+def not_permitted(snap, ctx):
+    """GPUs NVML counts but this process may not open: under Slurm's cgroups (ConstrainDevices) a job sees the
+    node's other GPUs this way. Not judged, never failed for it; a host where no GPU could be opened was not
+    checked at all, which is never healthy."""
+    hidden = [gpu for gpu in all_gpus(snap) if gpu.not_permitted]
+    if not hidden:
+        return []
+    opened = [gpu for gpu in all_gpus(snap) if not gpu.not_permitted]
+    names = ", ".join(gpu_subject(gpu) for gpu in hidden)
+    if opened:
+        return [Finding("gpu.not-permitted", "info", host(snap),
+                        f"{len(hidden)} GPU(s) this process may not open were not judged: {names}",
+                        {"not_permitted": [gpu.index for gpu in hidden], "judged": [gpu.index for gpu in opened]},
+                        "Nothing to do inside a job that was given only some GPUs; run `gpuprep check` as root "
+                        "outside any job to judge them all", "nvml.h: nvmlDeviceGetHandleByIndex, NO_PERMISSION")]
+    return [Finding("gpu.not-permitted", "warn", host(snap),
+                    f"No GPU could be opened by this process ({names}): none was judged",
+                    {"not_permitted": [gpu.index for gpu in hidden]},
+                    "Run `gpuprep check` as root, or give this user access to /dev/nvidia* (the video group)",
+                    "nvml.h: nvmlDeviceGetHandleByIndex, NO_PERMISSION")]
+
+
 @rule("gpu.persistence-off")
 def persistence(snap, ctx):
     out = []

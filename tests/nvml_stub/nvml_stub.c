@@ -254,6 +254,8 @@ EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { return nvmlSyste
 EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     OUT(deviceCount);
+    nvmlReturn_t r = injected_error(-1, "nvmlDeviceGetCount_v2");
+    if (r != NVML_SUCCESS) return r;
     *deviceCount = (unsigned int)gpu_count;
     return NVML_SUCCESS;
 }
