@@ -240,3 +240,37 @@ def burnin(seconds: float = 60.0, *, ranks: Optional[int] = None, backend: str =
         run = launch(seconds, per_node, chosen, nnodes=nnodes, node_rank=node_rank, master=master,
                      rdzv_timeout=rdzv_timeout, on_progress=on_progress)
     return BurninResult(run, judge(run), chosen, seconds)
+
+
+@dataclass
+class DiagnoseResult:
+    """A training job judged from its profiler traces: each rank's facts and the findings (job.* ids)."""
+    facts: Any
+    findings: List[Finding]
+    node: Optional[Snapshot] = None
+
+    @property
+    def verdict(self) -> str:
+        return worst(self.findings)
+
+    def document(self) -> dict:
+        """The versioned JSON document `gpuprep diagnose --json` prints."""
+        from .report import diagnose_document
+        return diagnose_document(self.facts, self.findings, self.node)
+
+
+def diagnose(paths: Sequence[str], *, node: Optional[Snapshot] = None) -> DiagnoseResult:
+    """Why a training job under-uses its GPUs, from its PyTorch profiler (Kineto) traces: `paths` are trace files
+    (.json, .json.gz) or directories of them, one file per rank. `node`, the snapshot of the host the job ran on
+    (api.snapshot()), joins what the node explains (its PCIe links, NUMA layout, throttling, NCCL transport).
+    Traces are read streaming; a file that is not a trace raises BadInput naming it and the byte offset."""
+    from .job import diagnose_traces
+    from .job.judge import Job, judge
+    if isinstance(paths, (str, bytes)) or not all(isinstance(p, str) for p in paths or ()):
+        raise bad_argument("paths", "must be a list of file or directory paths (text)")
+    if not paths:
+        raise bad_argument("paths", "names no trace: give trace files or a directory of them")
+    if node is not None and not isinstance(node, Snapshot):
+        raise bad_argument("node", "must be a Snapshot (api.snapshot())")
+    facts = diagnose_traces(list(paths))
+    return DiagnoseResult(facts, judge(Job(facts, node)), node)

@@ -20,7 +20,7 @@ FLAGS = {"driver": "--driver", "cuda": "--cuda", "cudnn": "--cudnn", "torch": "-
          "duration": "--duration", "master": "--master", "nnodes": "--nnodes", "node_rank": "--node-rank",
          "backend": "--backend", "ranks": "--nproc", "plan": "--plan", "baseline": "--baseline", "output": "-o",
          "extra_vars": "-e", "dcgm_level": "--dcgm-level", "skip": "--skip", "only": "--only", "tags": "--tags", "inventory": "-i",
-         "local": "--local"}
+         "local": "--local", "paths": "TRACE"}
 
 
 # click's own endings in front of gpuprep's table (errors.EXITS): (exception type, exit code, message, debug).
@@ -300,6 +300,32 @@ def _check_fleet(inventory, limit, forks, members, context, skip, only, baseline
     document = fleet_document(judge_fleet(members, context, skip, only, baseline))
     _emit(document, fmt, output, verbose, drift_groups=show_drift)
     return _verdict_exit(document, cancelled)
+
+
+@cli.command()
+@click.argument("traces", nargs=-1, required=True, metavar="TRACE|DIR...")
+@click.option("--from", "node_sources", multiple=True, metavar="FILE",
+              help="The node the job ran on, as a snapshot or captures (gpuprep snapshot -o node.json); "
+                   "its PCIe links, NUMA layout, throttling and NCCL transport join the judgement. Repeatable.")
+@click.option("--node", "live_node", is_flag=True, help="Join this host's facts (the job ran here).")
+@_format_options
+@click.option("-v", "--verbose", is_flag=True, help="Show the per-rank summary lines too.")
+def diagnose(traces, node_sources, live_node, fmt, as_json, output, verbose):
+    """Why a training job under-uses its GPUs, from its PyTorch profiler traces (*.pt.trace.json[.gz], one per
+    rank, or a directory of them): HTA's per-rank breakdown and the cause with its fix (job.* ids, docs/checks.md).
+    Exit 0 nothing failed, 1 a finding failed, 2 a trace that cannot be read."""
+    from . import api
+    from .errors import BadInput
+    fmt = _chosen_format(fmt, as_json, output)
+    if output:
+        from .output import check_destination
+        check_destination(output)
+    if node_sources and live_node:
+        raise BadInput("give --from captures of the node or --node for this host, not both")
+    node = api.snapshot(list(node_sources)) if node_sources else api.snapshot() if live_node else None
+    document = api.diagnose(list(traces), node=node).document()
+    _emit(document, fmt, output, verbose)
+    return _verdict_exit(document)
 
 
 @cli.command()

@@ -20,6 +20,7 @@ ERROR_SCHEMA = "gpuprep.error/1"
 
 
 PLAN_SCHEMA = "gpuprep.plan/1"
+DIAGNOSE_SCHEMA = "gpuprep.diagnose/1"
 
 
 def summary(findings: List[Finding]) -> dict:
@@ -119,6 +120,13 @@ def burnin_document(run, findings: List[Finding], backend: str, seconds: float) 
     return envelope(BURNIN_SCHEMA, worst(findings), summary(findings), backend=backend,
                     world_size=run.world_size, nodes=run.nodes, requested_seconds=seconds,
                     wall_seconds=round(run.wall_seconds, 2), findings=[f.to_dict() for f in findings], ranks=ranks)
+
+
+def diagnose_document(facts, findings: List[Finding], node: Optional[Snapshot] = None) -> dict:
+    """`facts`: job.facts.JobFacts. Each rank's numbers under `ranks`, the findings, and the node's name when the
+    judgement joined its snapshot."""
+    return envelope(DIAGNOSE_SCHEMA, worst(findings), summary(findings), findings=[f.to_dict() for f in findings],
+                    ranks=facts.to_dict()["ranks"], node=host_name(node) if node is not None else None)
 
 
 def compat_document(findings: List[Finding]) -> dict:

@@ -61,7 +61,7 @@ def _context(document: dict) -> Dict[str, object]:
         context["hosts"] = [_host_view(n, e) for n, e in sorted(document["hosts"].items())]
     elif kind == "check":
         context["hosts"] = [_host_view(document["host"], {"check": document})]
-    else:
+    elif kind == "burnin":
         context["busbw"] = svg.busbw_plot(document["ranks"])
         context["steps"] = svg.step_bars(document["ranks"])
     return context

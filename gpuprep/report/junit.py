@@ -85,10 +85,11 @@ def render(document: dict) -> str:
     schema = document["schema"]
     root = ET.Element("testsuites", name=f"gpuprep {schema.split('/')[0].split('.')[-1]}")
     totals = []
-    if schema.startswith("gpuprep.burnin/"):
-        suite = _Suite(root, "burnin", timestamp)
+    if schema.startswith(("gpuprep.burnin/", "gpuprep.diagnose/")):
+        kind = schema.split("/")[0].split(".")[-1]
+        suite = _Suite(root, kind, timestamp)
         for check_id, findings in _by_id(document["findings"]).items():
-            suite.case("gpuprep.burnin", check_id, findings)
+            suite.case(f"gpuprep.{kind}", check_id, findings)
         totals.append(suite.close())
     elif schema.startswith("gpuprep.fleet/"):
         for host, entry in sorted(document["hosts"].items()):

@@ -90,10 +90,31 @@ def _burnin(metrics: _Metrics, document: dict) -> None:
         findings.labels(check_id, severity).set(count)
 
 
+_JOB_GAUGES = (("idle_pct", "share of the GPU span with no kernel running (HTA's definition)"),
+               ("compute_pct", "share of the GPU span in compute kernels (HTA)"),
+               ("dataloader_pct", "share of step time inside the DataLoader"),
+               ("step_ms", "median profiler step, milliseconds"),
+               ("tensor_core_pct", "share of GEMM/convolution kernel time on Tensor Cores"))
+
+
+def _diagnose(metrics: _Metrics, document: dict) -> None:
+    for key, text in _JOB_GAUGES:
+        gauge = metrics.gauge(f"gpuprep_job_{key}", text, ["rank", "trace"])
+        for rank in document["ranks"]:
+            if rank.get(key) is not None:
+                gauge.labels(str(rank["rank"]), rank["source"].rsplit("/", 1)[-1]).set(rank[key])
+    findings = metrics.gauge("gpuprep_job_findings", "job findings of one id and severity", ["id", "severity"])
+    for (check_id, severity), count in sorted(Counter((f["id"], f["severity"]) for f in document["findings"]).items()):
+        findings.labels(check_id, severity).set(count)
+
+
+_COMMANDS = {"gpuprep.burnin": ("burnin", _burnin), "gpuprep.diagnose": ("diagnose", _diagnose)}
+
+
 def render(document: dict) -> str:
     metrics = _Metrics()
-    command = "burnin" if document["schema"].startswith("gpuprep.burnin/") else "check"
-    (_burnin if command == "burnin" else _check)(metrics, document)
+    command, build = _COMMANDS.get(document["schema"].split("/")[0], ("check", _check))
+    build(metrics, document)
     metrics.gauge("gpuprep_last_run_timestamp_seconds", "when gpuprep produced these numbers (Unix time)",
                   ["command"]).labels(command).set(_timestamp(document))
     return metrics.text()

@@ -349,8 +349,30 @@ def _dash(value) -> str:
     return "-" if value is None else str(value)
 
 
+def _num(value, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:g}{suffix}"
+
+
+def render_diagnose(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
+    """A row per rank (HTA's breakdown, the step, the DataLoader's share), then the causes with their fixes."""
+    out = Writer(colour)
+    out.line(f"Job: {len(document['ranks'])} trace(s)" + (f", joined with node {document['node']}"
+                                                          if document.get("node") else ""))
+    out.line(f"  {'rank':<6} {'gpu':<22} {'steps':>5} {'step ms':>9} {'idle%':>6} {'comp%':>6} {'host-wait%':>10} "
+             f"{'loader%':>7} {'TC%':>5}")
+    for r in document["ranks"]:
+        who = "-" if r["rank"] is None else str(r["rank"])
+        out.line(f"  {who:<6} {(r['gpu_name'] or 'no GPU')[:22]:<22} {r['steps']:>5} {_num(r['step_ms']):>9} "
+                 f"{_num(r['idle_pct']):>6} {_num(r['compute_pct']):>6} "
+                 f"{_num((r['idle_breakdown_pct'] or {}).get('host_wait')):>10} {_num(r['dataloader_pct']):>7} "
+                 f"{_num(r['tensor_core_pct']):>5}")
+    render_findings([_finding(f) for f in document["findings"]], out, verbose)
+    return out.text()
+
+
 def render_document(document: dict, colour: bool = False, verbose: bool = False, drift_groups: bool = False) -> str:
     schema = document["schema"].split("/")[0]
     renderer = {"gpuprep.check": render_check, "gpuprep.fleet": render_fleet,
-                "gpuprep.burnin": render_burnin, "gpuprep.plan": render_plan}[schema]
+                "gpuprep.burnin": render_burnin, "gpuprep.plan": render_plan,
+                "gpuprep.diagnose": render_diagnose}[schema]
     return renderer(document, colour, verbose, drift_groups)

@@ -1,0 +1,315 @@
+"""One rank's trace events -> RankFacts, with HTA's definitions (HolisticTraceAnalysis 0.5: the temporal breakdown,
+the per-stream idle time breakdown, comm/compute overlap), so the numbers can be checked against HTA's own.
+
+HTA's reading of a trace, followed here step by step: events without `dur` or `cat`, and the `Trace` event, are
+dropped; a trace with any fractional timestamp has every start rounded up and every end down; an event's stream is
+its `args.stream` (-1: a CPU event); with two or more ProfilerSteps, only GPU events launched (by correlation id) by
+a CPU event that started before the last ProfilerStep are kept. Only the events a rule needs are kept, in arrays.
+"""
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from array import array
+from typing import Dict, List, Optional, Tuple
+
+from .facts import RankFacts
+from .reader import TraceFile
+
+# HTA (hta/utils/utils.py): kernel types by name
+_COMM = re.compile(r"^nccl.*Kernel")
+_MEMORY = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
+_NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+_KERNEL_CATS = frozenset({"kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events"})
+CONSECUTIVE_KERNEL_DELAY = 30     # HTA's default: a gap under 30 us between kernels is launch overhead
+_STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+_DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__")
+_SYNC = re.compile(r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|cudaMemcpy|"
+                   r"aten::item|aten::_local_scalar_dense|hipDeviceSynchronize|hipStreamSynchronize|hipMemcpy)$")
+_LAUNCH = re.compile(r"^(cudaLaunchKernel|cudaLaunchKernelExC|cuLaunchKernel|cuLaunchKernelEx|hipLaunchKernel|"
+                     r"hipExtModuleLaunchKernel|hipModuleLaunchKernel)")
+_COLLECTIVE = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms)|allreduce|all_reduce|allgather|all_gather|"
+                         r"reduce_scatter|broadcast_", re.I)
+_GEMM = re.compile(r"gemm|conv|cutlass|scudnn|xmma|wgrad|dgrad|winograd|implicit_convolve|_mma|matmul", re.I)
+# Tensor Core kernels by name (as the TensorBoard profiler plugin's allowlist did): Volta's 884, Turing's 1688,
+# Ampere's 16816 shapes, HMMA/IMMA, cuBLAS/cuDNN xmma and CUTLASS tensorop kernels, Hopper's wgmma/gmma
+_TENSOR_CORE = re.compile(r"884|1688|16816|hmma|imma|xmma|tensorop|wgmma|gmma|_tf32|bf16_s|f16_s|sm8\d_|sm9\d_|"
+                          r"sm10\d_|tensor_?core", re.I)
+_PAGEABLE_H2D = re.compile(r"^Memcpy HtoD \(Pageable")
+
+
+class RankEvents:
+    """What one trace's events leave behind for the metrics: GPU events in arrays, the CPU events a rule needs."""
+
+    def __init__(self) -> None:
+        self.names: Dict[str, int] = {}
+        self.name_list: List[str] = []
+        self.float_ts = False
+        # GPU events (stream != -1): start, duration, stream, correlation, name id, kernel-category flag
+        self.g_ts, self.g_dur = array("d"), array("d")
+        self.g_stream, self.g_corr, self.g_name = array("q"), array("q"), array("q")
+        self.g_kernel_cat = array("b")
+        self.cpu_corr: Dict[int, float] = {}          # correlation -> start of the (last) CPU event carrying it
+        self.steps: List[Tuple[float, float, int]] = []
+        self.dataloader: List[Tuple[float, float]] = []
+        self.sync: List[Tuple[float, float, str]] = []
+        self.collectives: List[Tuple[float, float]] = []
+        self.launch_us = 0.0
+        self.memory_peak: Dict[int, int] = {}
+
+    def _name_id(self, name: str) -> int:
+        found = self.names.get(name)
+        if found is None:
+            found = self.names[name] = len(self.name_list)
+            self.name_list.append(name)
+        return found
+
+    def add(self, event: dict) -> None:
+        if event.get("ph") == "i" and event.get("name") == "[memory]":
+            self._memory(event.get("args"))
+            return
+        ts, dur, cat, name = event.get("ts"), event.get("dur"), event.get("cat"), event.get("name")
+        if not _number(ts) or not _number(dur) or cat is None or cat == "Trace" or not isinstance(name, str):
+            return
+        self.float_ts = self.float_ts or isinstance(ts, float)
+        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        stream, corr = _int(args.get("stream")), _int(args.get("correlation"))
+        if stream != -1:
+            self.g_ts.append(ts)
+            self.g_dur.append(dur)
+            self.g_stream.append(stream)
+            self.g_corr.append(corr)
+            self.g_name.append(self._name_id(name))
+            self.g_kernel_cat.append(cat in _KERNEL_CATS)
+            return
+        self._cpu(ts, dur, name, corr)
+
+    def _cpu(self, ts: float, dur: float, name: str, corr: int) -> None:
+        if corr >= 0 and name not in ("Event Sync", "Context Sync"):
+            self.cpu_corr[corr] = ts
+        step = _STEP.fullmatch(name)
+        if step:
+            self.steps.append((ts, dur, int(step.group(1))))
+        elif _DATALOADER.match(name):
+            self.dataloader.append((ts, dur))
+        elif _SYNC.match(name):
+            self.sync.append((ts, dur, name))
+        elif _LAUNCH.match(name):
+            self.launch_us += dur
+        elif _COLLECTIVE.search(name):
+            self.collectives.append((ts, dur))
+
+    def _memory(self, args) -> None:
+        if not isinstance(args, dict):
+            return
+        device, total = _int(args.get("Device Id")), args.get("Total Allocated")
+        if device >= 0 and _number(total) and args.get("Device Type") in (1, None):
+            self.memory_peak[device] = max(self.memory_peak.get(device, 0), int(total))
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _int(value) -> int:
+    """HTA's reading of stream and correlation: an int, else -1."""
+    if isinstance(value, bool):
+        return -1
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return -1
+
+
+def _rounded(ts: float, dur: float, on: bool) -> Tuple[float, float]:
+    """HTA rounds a trace with fractional timestamps: start up, end down (pytorch/pytorch#122425)."""
+    if not on:
+        return ts, ts + dur
+    return float(math.ceil(ts)), float(math.floor(ts + dur))
+
+
+def _merged(intervals: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+    out: List[List[float]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
+
+
+def _length(intervals: List[Tuple[float, float]]) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def _overlap(a: List[Tuple[float, float]], b: List[Tuple[float, float]]) -> float:
+    """Total length of the intersection of two merged, sorted interval lists."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _pct(part: float, whole: float) -> Optional[float]:
+    return round(100.0 * part / whole, 2) if whole > 0 else None
+
+
+class _Gpu:
+    """The GPU events HTA keeps, rounded: (start, end, stream, correlation, name, is a kernel/memcpy/memset)."""
+
+    def __init__(self, ev: RankEvents):
+        rows = []
+        steps = {n for _, _, n in ev.steps}
+        last_step_start = max((_rounded(t, d, ev.float_ts)[0] for t, d, _ in ev.steps), default=None)
+        keep = None
+        if len(steps) >= 2 and last_step_start is not None:
+            keep = {c for c, t in ev.cpu_corr.items() if _rounded(t, 0, ev.float_ts)[0] < last_step_start}
+        for k in range(len(ev.g_ts)):
+            corr = ev.g_corr[k]
+            if keep is not None and (corr < 0 or corr not in keep):
+                continue
+            start, end = _rounded(ev.g_ts[k], ev.g_dur[k], ev.float_ts)
+            rows.append((start, end, ev.g_stream[k], corr, ev.g_name[k], ev.g_kernel_cat[k]))
+        self.rows = rows
+        self.names = ev.name_list
+        self.runtime = {c: _rounded(t, 0, ev.float_ts)[0] for c, t in ev.cpu_corr.items()}
+
+
+def temporal(gpu: _Gpu) -> Dict[str, Optional[float]]:
+    """HTA's get_temporal_breakdown for one rank: idle, compute and non-compute shares of the GPU span."""
+    if not gpu.rows:
+        return {}
+    merged = _merged([(r[0], r[1]) for r in gpu.rows])
+    span = merged[-1][1] - merged[0][0]
+    idle = span - _length(merged)
+    kinds = [_kind(gpu.names[r[4]]) for r in gpu.rows]
+    compute = _length(_merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "compute"]))
+    comm = _merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "comm"])
+    comm_time = _length(comm)
+    compute_merged = _merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "compute"])
+    return {"span_ms": round(span / 1000, 3), "idle_pct": _pct(idle, span), "compute_pct": _pct(compute, span),
+            "non_compute_pct": _pct(span - compute - idle, span),
+            "comm_pct": _pct(comm_time, span) if comm else None,
+            "comm_overlap_pct": _pct(_overlap(comm, compute_merged), comm_time) if comm else None}
+
+
+def _kind(name: str) -> str:
+    if _COMM.match(name):
+        return "comm"
+    if _MEMORY.match(name):
+        return "memory"
+    return "other" if _NOT_COMPUTE.match(name) else "compute"
+
+
+def idle_breakdown(gpu: _Gpu) -> Optional[Dict[str, float]]:
+    """HTA's get_idle_time_breakdown summed over the rank's streams: each gap before a kernel on its stream is host
+    wait when the kernel's launch (its CPU runtime event) came after the previous kernel ended, kernel wait when the
+    gap is under CONSECUTIVE_KERNEL_DELAY, else other. Shares of the rank's idle time, in percent."""
+    totals = {"host_wait": 0.0, "kernel_wait": 0.0, "other": 0.0}
+    by_stream: Dict[int, List[tuple]] = {}
+    for row in gpu.rows:
+        if row[5]:
+            by_stream.setdefault(row[2], []).append(row)
+    for rows in by_stream.values():
+        rows.sort(key=lambda r: r[0])
+        for prev, cur in zip(rows, rows[1:]):
+            gap = cur[0] - prev[1]
+            launched = gpu.runtime.get(cur[3]) if cur[3] >= 0 else None
+            if launched is not None and launched > prev[1]:
+                totals["host_wait"] += gap
+            elif gap < CONSECUTIVE_KERNEL_DELAY:
+                totals["kernel_wait"] += gap
+            else:
+                totals["other"] += gap
+    whole = sum(totals.values())
+    if not by_stream or whole <= 0:
+        return None
+    return {k: round(100.0 * v / whole, 2) for k, v in totals.items()}
+
+
+def _steps(ev: RankEvents) -> List[Tuple[float, float]]:
+    """The ProfilerStep spans, the last excluded when there are several (HTA: often cut by the trace's end)."""
+    spans = sorted((t, t + d) for t, d, _ in ev.steps)
+    return spans[:-1] if len(spans) > 1 else spans
+
+
+def _inside(spans: List[Tuple[float, float]], events) -> float:
+    return sum(max(0.0, min(b, t + d) - max(a, t)) for a, b in spans for t, d, *_ in events)
+
+
+def step_metrics(ev: RankEvents, gpu: _Gpu) -> dict:
+    spans = _steps(ev)
+    if not spans:
+        return {}
+    lengths = [b - a for a, b in spans]
+    total = sum(lengths)
+    sync_in = [s for s in ev.sync if any(a <= s[0] < b for a, b in spans)]
+    out = {"steps": len(spans), "step_ms": round(statistics.median(lengths) / 1000, 3),
+           "step_ms_spread": [round(min(lengths) / 1000, 3), round(max(lengths) / 1000, 3)],
+           "dataloader_pct": _pct(_inside(spans, ev.dataloader), total) if ev.dataloader else 0.0,
+           "sync_calls_per_step": round(len(sync_in) / len(spans), 2),
+           "sync_pct": _pct(_inside(spans, ev.sync), total) if ev.sync else 0.0,
+           "sync_names": sorted({s[2] for s in sync_in})}
+    if ev.collectives:
+        merged = _merged([(t, t + d) for t, d in ev.collectives])
+        out["comm_wait_ms"] = round(_inside(spans, [(a, b - a) for a, b in merged]) / len(spans) / 1000, 3)
+    kernels = [r for r in gpu.rows if r[5] and not _MEMORY.match(gpu.names[r[4]])]
+    if kernels:
+        out["kernels_per_step"] = round(sum(1 for r in kernels if any(a <= r[0] < b for a, b in spans)) / len(spans), 1)
+    return out
+
+
+def kernel_metrics(ev: RankEvents, gpu: _Gpu) -> dict:
+    kernels = [r for r in gpu.rows if r[5] and not _MEMORY.match(gpu.names[r[4]])]
+    if not kernels:
+        return {}
+    durations = [r[1] - r[0] for r in kernels]
+    total = sum(durations)
+    gemm = [(r[1] - r[0], gpu.names[r[4]]) for r in kernels if _GEMM.search(gpu.names[r[4]])]
+    gemm_time = sum(d for d, _ in gemm)
+    busy = _length(_merged([(r[0], r[1]) for r in kernels]))
+    pageable = [r for r in gpu.rows if _PAGEABLE_H2D.match(gpu.names[r[4]])]
+    return {"gpu_kernels": len(kernels), "median_kernel_us": round(statistics.median(durations), 2),
+            "gemm_pct": _pct(gemm_time, total),
+            "tensor_core_pct": _pct(sum(d for d, n in gemm if _TENSOR_CORE.search(n)), gemm_time) if gemm else None,
+            "launch_cpu_pct": _pct(ev.launch_us, busy),
+            "h2d_pageable": len(pageable), "h2d_pageable_ms": round(sum(r[1] - r[0] for r in pageable) / 1000, 3)}
+
+
+def _device(meta: dict) -> dict:
+    props = meta.get("deviceProperties")
+    first = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
+    name = first.get("name") if isinstance(first.get("name"), str) else None
+    vendor = None
+    if name:
+        vendor = "amd" if re.search(r"\bAMD\b|Radeon|Instinct", name) else \
+            "nvidia" if re.search(r"NVIDIA|Tesla|Quadro|GeForce|RTX|\b[AHBLT]\d+", name) else "other"
+    major, minor = first.get("computeMajor"), first.get("computeMinor")
+    cc = f"{major}.{minor}" if vendor == "nvidia" and _number(major) and _number(minor) else None
+    memory = first.get("totalGlobalMem") if _number(first.get("totalGlobalMem")) else None
+    return {"vendor": vendor, "gpu_name": name, "compute_capability": cc, "gpu_memory_bytes": memory}
+
+
+def rank_facts(trace: TraceFile, ev: RankEvents) -> RankFacts:
+    dist = trace.meta.get("distributedInfo") if isinstance(trace.meta.get("distributedInfo"), dict) else {}
+    rank = dist.get("rank") if isinstance(dist.get("rank"), int) and not isinstance(dist.get("rank"), bool) else None
+    world = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
+    facts = RankFacts(rank=rank, source=trace.path, complete=trace.complete, bytes_read=trace.bytes_read,
+                      world_size=world, backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
+                      **_device(trace.meta))
+    gpu = _Gpu(ev)
+    for part in (temporal(gpu), step_metrics(ev, gpu), kernel_metrics(ev, gpu)):
+        for key, value in part.items():
+            setattr(facts, key, value)
+    facts.idle_breakdown_pct = idle_breakdown(gpu)
+    if ev.memory_peak and facts.gpu_memory_bytes:
+        facts.peak_memory_pct = _pct(max(ev.memory_peak.values()), facts.gpu_memory_bytes)
+    return facts

@@ -1,0 +1,223 @@
+"""PyTorch profiler (Kineto) Chrome-trace files, read streaming: I/O and JSON only, no judgement.
+
+A trace is one JSON object whose `traceEvents` array can hold millions of events (a 1 GB file). It is never loaded
+whole: the file is decompressed in chunks (gzip by its magic bytes, bounded so a gzip bomb is refused), the top-level
+keys other than `traceEvents` are decoded one by one (each bounded), and each event of the array is decoded alone
+and handed to the caller, so memory is one chunk and one event plus what the caller keeps. A file cut short by a
+dying job is read up to the cut and says so; anything else that is not JSON names the file and the byte offset.
+"""
+from __future__ import annotations
+
+import codecs
+import gzip
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List
+
+from ..errors import BadInput
+
+CHUNK = 1 << 20
+MAX_VALUE = 16 << 20            # one event, or one top-level value other than traceEvents
+MAX_DECOMPRESSED = 16 << 30     # a trace beyond this is refused, not read for hours
+BOMB_RATIO = 500                # Kineto JSON compresses 10-30x; past 64 MiB, a higher ratio is a gzip bomb
+BOMB_AFTER = 64 << 20
+TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+
+
+class TraceError(BadInput):
+    """A trace file that cannot be read: the message names the file and, for JSON, the byte offset."""
+
+
+@dataclass
+class TraceFile:
+    """What one file held besides its events: its top-level keys, how far it was read, and whether it ended."""
+    path: str
+    meta: Dict[str, Any] = field(default_factory=dict)
+    events: int = 0
+    bytes_read: int = 0
+    complete: bool = True
+
+
+def trace_files(paths: List[str]) -> List[str]:
+    """The trace files named, a directory standing for the traces in it (one per rank), sorted and unique."""
+    found: List[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            names = sorted(n for n in os.listdir(path) if n.endswith(TRACE_SUFFIXES))
+            if not names:
+                raise TraceError(f"{path}: no trace files (*.json, *.json.gz) in this directory")
+            found += [os.path.join(path, n) for n in names]
+        elif os.path.exists(path):
+            found.append(path)
+        else:
+            raise TraceError(f"{path}: no such file or directory")
+    return list(dict.fromkeys(found))
+
+
+class _Text:
+    """The file's text in chunks, decompressed when gzip, with the count of bytes handed out."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            self._raw = open(path, "rb")
+        except OSError as exc:
+            raise TraceError(f"{path}: {exc.strerror or exc}") from None
+        gz = self._raw.read(2) == b"\x1f\x8b"
+        self._raw.seek(0)
+        self._stream = gzip.GzipFile(fileobj=self._raw) if gz else self._raw
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.decompressed = 0
+        self.eof = False
+
+    def read(self) -> str:
+        try:
+            data = self._stream.read(CHUNK)
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            # a gzip stream cut short (EOFError) is a truncated trace; a corrupt one is unreadable from here on
+            self.eof = True
+            if isinstance(exc, EOFError):
+                return self._decoder.decode(b"", final=True)
+            raise TraceError(f"{self.path}: byte {self.decompressed}: not readable gzip ({exc})") from None
+        self.decompressed += len(data)
+        if not data:
+            self.eof = True
+            return self._decoder.decode(b"", final=True)
+        compressed = self._raw.tell() or 1
+        if self.decompressed > MAX_DECOMPRESSED:
+            raise TraceError(f"{self.path}: more than {MAX_DECOMPRESSED >> 30} GiB of trace: refused")
+        if self._stream is not self._raw and self.decompressed > BOMB_AFTER and \
+                self.decompressed / compressed > BOMB_RATIO:
+            raise TraceError(f"{self.path}: decompresses more than {BOMB_RATIO}x ({compressed} bytes to over "
+                             f"{self.decompressed}): a gzip bomb, not a trace")
+        return self._decoder.decode(data)
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+class _Cursor:
+    """A window on the text: `buf[pos:]` is what is left to parse; `dropped` counts the bytes before the window."""
+    _decoder = json.JSONDecoder()
+
+    def __init__(self, text: _Text):
+        self.text, self.buf, self.pos, self.dropped = text, "", 0, 0
+
+    def more(self) -> bool:
+        if self.text.eof:
+            return False
+        self.dropped += len(self.buf[:self.pos].encode("utf-8"))
+        self.buf, self.pos = self.buf[self.pos:] + self.text.read(), 0
+        return True
+
+    def offset(self, at: int) -> int:
+        return self.dropped + len(self.buf[:at].encode("utf-8"))
+
+    def skip_space(self) -> str:
+        """The next non-blank character ('' at the end of the file)."""
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in " \t\r\n":
+                self.pos += 1
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if not self.more():
+                return ""
+
+    def expect(self, chars: str) -> str:
+        char = self.skip_space()
+        if char == "":
+            raise _Truncated()
+        if char not in chars:
+            raise self.error(f"expected {' or '.join(repr(c) for c in chars)}, found {char!r}")
+        self.pos += 1
+        return char
+
+    def value(self) -> Any:
+        """One JSON value, decoded alone; more text is read while it is incomplete, up to MAX_VALUE."""
+        self.skip_space()
+        while True:
+            try:
+                value, end = self._decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as exc:
+                if len(self.buf) - self.pos > MAX_VALUE:
+                    raise self.error(f"a value over {MAX_VALUE >> 20} MiB or not JSON ({exc.msg})", exc.pos)
+                if not self.more():
+                    # the text ran out inside this value (a string never closed, or nothing after the error)
+                    if exc.msg.startswith("Unterminated") or not self.buf[exc.pos:].strip():
+                        raise _Truncated() from None
+                    raise self.error(exc.msg, exc.pos)
+                continue
+            except RecursionError:
+                raise self.error("nested too deeply") from None
+            if end == len(self.buf) and not self.text.eof and not isinstance(value, (dict, list, str)):
+                # a number at the window's edge may go on in the next chunk
+                if self.more():
+                    continue
+            self.pos = end
+            return value
+
+    def error(self, message: str, at: int = -1) -> TraceError:
+        return TraceError(f"{self.text.path}: byte {self.offset(self.pos if at < 0 else at)}: {message}")
+
+
+class _Truncated(Exception):
+    """The text ended inside the document."""
+
+
+def read_trace(path: str, on_event: Callable[[dict], None]) -> TraceFile:
+    """Hand each event of `path` to `on_event`, in file order; return the rest of the file's keys and how it
+    ended. TraceError for a file that is not a trace; a trace cut short is returned with complete=False."""
+    text = _Text(path)
+    cursor = _Cursor(text)
+    trace = TraceFile(path)
+    try:
+        _document(cursor, trace, on_event)
+    except _Truncated:
+        trace.complete = False
+        if trace.events == 0 and not trace.meta:
+            raise TraceError(f"{path}: ends before any trace event (byte {cursor.offset(len(cursor.buf))})") from None
+    finally:
+        trace.bytes_read = cursor.offset(cursor.pos)
+        text.close()
+    return trace
+
+
+def _document(cursor: _Cursor, trace: TraceFile, on_event: Callable[[dict], None]) -> None:
+    if cursor.skip_space() == "":
+        raise TraceError(f"{trace.path}: empty file")
+    cursor.expect("{")
+    if cursor.skip_space() == "}":
+        cursor.pos += 1
+        raise TraceError(f"{trace.path}: an empty JSON object, not a trace (no traceEvents)")
+    seen_events = False
+    while True:
+        key = cursor.value()
+        if not isinstance(key, str):
+            raise cursor.error("expected a key")
+        cursor.expect(":")
+        if key == "traceEvents":
+            _events(cursor, trace, on_event)
+            seen_events = True
+        else:
+            trace.meta[key] = cursor.value()
+        if cursor.expect(",}") == "}":
+            break
+    if not seen_events:
+        raise TraceError(f"{trace.path}: a JSON object without traceEvents: not a PyTorch profiler trace")
+
+
+def _events(cursor: _Cursor, trace: TraceFile, on_event: Callable[[dict], None]) -> None:
+    cursor.expect("[")
+    if cursor.skip_space() == "]":
+        cursor.pos += 1
+        return
+    while True:
+        at = cursor.pos
+        event = cursor.value()
+        if not isinstance(event, dict):
+            raise cursor.error(f"traceEvents[{trace.events}] is not an object", at)
+        trace.events += 1
+        on_event(event)
+        if cursor.expect(",]") == "]":
+            return
