@@ -31,7 +31,8 @@ class RankFacts:
     dataloader_pct: Optional[float] = None   # share of step time inside the DataLoader's __next__
     comm_pct: Optional[float] = None         # merged communication kernel time over the GPU span
     comm_overlap_pct: Optional[float] = None # share of communication time overlapped by compute (HTA)
-    comm_wait_ms: Optional[float] = None     # per step: time the main thread spent in collectives (CPU side)
+    comm_wait_ms: Optional[float] = None     # median per step: time the main thread spent in collectives (CPU side)
+    work_ms: Optional[float] = None          # median per step: the step less that wait (the rank's own work)
     kernels_per_step: Optional[float] = None
     median_kernel_us: Optional[float] = None
     launch_cpu_pct: Optional[float] = None   # kernel-launch API time on the CPU against GPU busy time

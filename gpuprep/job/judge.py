@@ -134,7 +134,7 @@ def dataloader(job: Job) -> List[Finding]:
             remedy += (f"; the node's GPU{gpu.index} sits on NUMA node {gpu.numa_node} with {cpus} CPUs: keep "
                        f"num_workers under {cpus} and bind the rank there (`gpuprep plan`)")
         out.append(Finding("job.dataloader", "warn", _who(r),
-                           f"The input pipeline starves the GPU: {r.dataloader_pct:.1f}% of each step is spent "
+                           f"The input pipeline starves the training step: {r.dataloader_pct:.1f}% of each step is spent "
                            "waiting for the DataLoader", evidence, remedy, source("dataloader_pct")))
     return out
 
@@ -244,10 +244,9 @@ def comm_exposed(job: Job) -> List[Finding]:
 
 
 def _compute_ms(rank: RankFacts) -> Optional[float]:
-    """A rank's own work per step: the step less the time it waited in collectives for the others."""
-    if rank.step_ms is None:
-        return None
-    return rank.step_ms - (rank.comm_wait_ms or 0)
+    """A rank's own work per step: the step less the time it waited in collectives for the others (the median
+    of each step's difference), or the whole step where the trace shows no collective."""
+    return rank.work_ms if rank.work_ms is not None else rank.step_ms
 
 
 def _one_job(ranks: List[RankFacts]) -> bool:
@@ -258,7 +257,7 @@ def _one_job(ranks: List[RankFacts]) -> bool:
 
 @job_rule("job.straggler", "job.mixed-jobs")
 def straggler(job: Job) -> List[Finding]:
-    ranked = [r for r in job.facts.ranks if r.rank is not None and _compute_ms(r)]
+    ranked = [r for r in job.facts.ranks if r.rank is not None and _compute_ms(r) is not None]
     if len(ranked) < 2:
         return []
     if not _one_job(ranked):
@@ -270,7 +269,7 @@ def straggler(job: Job) -> List[Finding]:
     out = []
     for rank, mine in sorted(work.items()):
         baseline = statistics.median(v for k, v in work.items() if k != rank)
-        if baseline > 0 and mine > baseline * (1 + limit("straggler_pct") / 100):
+        if mine > baseline * (1 + limit("straggler_pct") / 100) and mine - baseline >= limit("straggler_min_ms"):
             out.append(Finding("job.straggler", "warn", f"rank {rank}",
                                f"rank {rank} is the straggler: {mine:.1f} ms of its own work per step against "
                                f"{baseline:.1f} ms on the others, who wait for it in every collective",

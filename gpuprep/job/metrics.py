@@ -259,8 +259,10 @@ def step_metrics(ev: RankEvents, gpu: _Gpu) -> dict:
            "sync_pct": _pct(_inside(spans, ev.sync), total) if ev.sync else 0.0,
            "sync_names": sorted({s[2] for s in sync_in})}
     if ev.collectives:
-        merged = _merged([(t, t + d) for t, d in ev.collectives])
-        out["comm_wait_ms"] = round(_inside(spans, [(a, b - a) for a, b in merged]) / len(spans) / 1000, 3)
+        merged = [(a, b - a) for a, b in _merged([(t, t + d) for t, d in ev.collectives])]
+        waits = [_inside([span], merged) for span in spans]
+        out["comm_wait_ms"] = round(statistics.median(waits) / 1000, 3)
+        out["work_ms"] = round(statistics.median(length - wait for length, wait in zip(lengths, waits)) / 1000, 3)
     kernels = [r for r in gpu.rows if r[5] and not _MEMORY.match(gpu.names[r[4]])]
     if kernels:
         out["kernels_per_step"] = round(sum(1 for r in kernels if any(a <= r[0] < b for a, b in spans)) / len(spans), 1)

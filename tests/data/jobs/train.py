@@ -1,0 +1,72 @@
+"""A real training loop on the CPU, profiled with torch.profiler, for gpuprep diagnose's tests. Modes:
+  data-bound: a dataset that sleeps per sample, num_workers=0 (the input pipeline starves the step)
+  compute-bound: the same loop with an instant dataset and a heavier model
+  ddp: two gloo ranks (torchrun) where rank SLOW_RANK does extra work each step
+Writes one Chrome trace per rank into OUT_DIR (torch.profiler.tensorboard_trace_handler)."""
+import os
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+MODE, OUT = sys.argv[1], sys.argv[2]
+
+
+class Samples(torch.utils.data.Dataset):
+    """Samples made ahead of time; a data-bound job's dataset sleeps per sample (a slow decode)."""
+    def __init__(self, delay):
+        self.delay = delay
+        self.x, self.y = torch.randn(256, 64), torch.randn(256, 8)
+
+    def __len__(self):
+        return 10_000
+
+    def __getitem__(self, i):
+        if self.delay:
+            time.sleep(self.delay)
+        return self.x[i % 256], self.y[i % 256]
+
+
+class Batches(Samples):
+    """Whole batches ready in memory (DataLoader(batch_size=None)): the loader costs next to nothing."""
+    def __getitem__(self, i):
+        return self.x[:64], self.y[:64]
+
+
+def main():
+    rank = int(os.environ.get("RANK", 0))
+    ddp = MODE == "ddp"
+    if ddp:
+        torch.distributed.init_process_group("gloo")
+    torch.manual_seed(0)
+    width = {"data-bound": 64, "compute-bound": 2048}.get(MODE, 512)
+    model = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+                                torch.nn.ReLU(), torch.nn.Linear(width, 8))
+    if ddp:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    delay = 0.002 if MODE == "data-bound" else 0.0
+    if MODE == "compute-bound":
+        loader = torch.utils.data.DataLoader(Batches(0.0), batch_size=None, num_workers=0)
+    else:
+        loader = torch.utils.data.DataLoader(Samples(delay), batch_size=16, num_workers=0)
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.01)
+    slow = ddp and rank == int(os.environ.get("SLOW_RANK", "-1"))
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=5, repeat=1),
+                 on_trace_ready=tensorboard_trace_handler(OUT, worker_name=f"rank{rank}")) as prof:
+        for step, (x, y) in enumerate(loader):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimiser.zero_grad()
+            loss.backward()
+            if slow:        # this rank's own work is slower, so the other waits for it in the all-reduce
+                torch.randn(1200, 1200) @ torch.randn(1200, 1200)
+            optimiser.step()
+            prof.step()
+            if step >= 8:
+                break
+    if ddp:
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
