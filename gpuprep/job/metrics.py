@@ -57,6 +57,7 @@ class RankEvents:
         self.collectives: List[Tuple[float, float]] = []
         self.launch_us = 0.0
         self.memory_peak: Dict[int, int] = {}
+        self._cpu_kinds: Dict[str, str] = {}     # a CPU op's name -> what it is (names repeat every step)
 
     def _name_id(self, name: str) -> int:
         found = self.names.get(name)
@@ -66,15 +67,26 @@ class RankEvents:
         return found
 
     def add(self, event: dict) -> None:
-        if event.get("ph") == "i" and event.get("name") == "[memory]":
-            self._memory(event.get("args"))
+        """One event (called for each of millions: the common case is kept short)."""
+        ph = event.get("ph")
+        if ph != "X":       # HTA keeps only events with a duration: complete ('X') events
+            if ph == "i" and event.get("name") == "[memory]":
+                self._memory(event.get("args"))
             return
         ts, dur, cat, name = event.get("ts"), event.get("dur"), event.get("cat"), event.get("name")
-        if not _number(ts) or not _number(dur) or cat is None or cat == "Trace" or not isinstance(name, str):
+        if type(ts) not in _NUMBERS or type(dur) not in _NUMBERS or cat is None or cat == "Trace" or \
+                type(name) is not str:
             return
-        self.float_ts = self.float_ts or isinstance(ts, float)
-        args = event.get("args") if isinstance(event.get("args"), dict) else {}
-        stream, corr = _int(args.get("stream")), _int(args.get("correlation"))
+        if type(ts) is float:
+            if not (math.isfinite(ts) and math.isfinite(dur)):
+                return
+            self.float_ts = True
+        args = event.get("args")
+        if type(args) is not dict:
+            args = {}
+        stream, corr = args.get("stream", -1), args.get("correlation", -1)
+        stream = stream if type(stream) is int else _int(stream)
+        corr = corr if type(corr) is int else _int(corr)
         if stream != -1:
             self.g_ts.append(ts)
             self.g_dur.append(dur)
@@ -88,16 +100,18 @@ class RankEvents:
     def _cpu(self, ts: float, dur: float, name: str, corr: int) -> None:
         if corr >= 0 and name not in ("Event Sync", "Context Sync"):
             self.cpu_corr[corr] = ts
-        step = _STEP.fullmatch(name)
-        if step:
-            self.steps.append((ts, dur, int(step.group(1))))
-        elif _DATALOADER.match(name):
+        kind = self._cpu_kinds.get(name)
+        if kind is None:
+            kind = self._cpu_kinds[name] = _cpu_kind(name)
+        if kind == "step":
+            self.steps.append((ts, dur, int(_STEP.fullmatch(name).group(1))))
+        elif kind == "dataloader":
             self.dataloader.append((ts, dur))
-        elif _SYNC.match(name):
+        elif kind == "sync":
             self.sync.append((ts, dur, name))
-        elif _LAUNCH.match(name):
+        elif kind == "launch":
             self.launch_us += dur
-        elif _COLLECTIVE.search(name):
+        elif kind == "collective":
             self.collectives.append((ts, dur))
 
     def _memory(self, args) -> None:
@@ -106,6 +120,17 @@ class RankEvents:
         device, total = _int(args.get("Device Id")), args.get("Total Allocated")
         if device >= 0 and _number(total) and args.get("Device Type") in (1, None):
             self.memory_peak[device] = max(self.memory_peak.get(device, 0), int(total))
+
+
+_CPU_KINDS = (("step", lambda n: _STEP.fullmatch(n)), ("dataloader", _DATALOADER.match), ("sync", _SYNC.match),
+              ("launch", _LAUNCH.match), ("collective", _COLLECTIVE.search))
+
+
+def _cpu_kind(name: str) -> str:
+    return next((kind for kind, test in _CPU_KINDS if test(name)), "other")
+
+
+_NUMBERS = (int, float)
 
 
 def _number(value) -> bool:
@@ -181,6 +206,22 @@ class _Gpu:
         self.rows = rows
         self.names = ev.name_list
         self.runtime = {c: _rounded(t, 0, ev.float_ts)[0] for c, t in ev.cpu_corr.items()}
+        self._flags: Dict[tuple, bool] = {}
+
+    def flag(self, name_id: int, what: str, test) -> bool:
+        """`test` of the name behind `name_id`, worked out once per name (kernel names repeat every step)."""
+        key = (name_id, what)
+        found = self._flags.get(key)
+        if found is None:
+            found = self._flags[key] = test(self.names[name_id])
+        return found
+
+    def is_gemm(self, name_id: int) -> bool:
+        return self.flag(name_id, "gemm", lambda name: bool(_GEMM.search(name)))
+
+    def kernels(self) -> List[tuple]:
+        """The kernels proper: kernel-category events that are not copies or memsets."""
+        return [r for r in self.rows if r[5] and not self.flag(r[4], "memory", lambda name: bool(_MEMORY.match(name)))]
 
 
 def temporal(gpu: _Gpu) -> Dict[str, Optional[float]]:
@@ -190,7 +231,7 @@ def temporal(gpu: _Gpu) -> Dict[str, Optional[float]]:
     merged = _merged([(r[0], r[1]) for r in gpu.rows])
     span = merged[-1][1] - merged[0][0]
     idle = span - _length(merged)
-    kinds = [_kind(gpu.names[r[4]]) for r in gpu.rows]
+    kinds = [gpu.flag(r[4], "kind", _kind) for r in gpu.rows]
     compute = _length(_merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "compute"]))
     comm = _merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "comm"])
     comm_time = _length(comm)
@@ -263,25 +304,26 @@ def step_metrics(ev: RankEvents, gpu: _Gpu) -> dict:
         waits = [_inside([span], merged) for span in spans]
         out["comm_wait_ms"] = round(statistics.median(waits) / 1000, 3)
         out["work_ms"] = round(statistics.median(length - wait for length, wait in zip(lengths, waits)) / 1000, 3)
-    kernels = [r for r in gpu.rows if r[5] and not _MEMORY.match(gpu.names[r[4]])]
+    kernels = gpu.kernels()
     if kernels:
         out["kernels_per_step"] = round(sum(1 for r in kernels if any(a <= r[0] < b for a, b in spans)) / len(spans), 1)
     return out
 
 
 def kernel_metrics(ev: RankEvents, gpu: _Gpu) -> dict:
-    kernels = [r for r in gpu.rows if r[5] and not _MEMORY.match(gpu.names[r[4]])]
+    kernels = gpu.kernels()
     if not kernels:
         return {}
     durations = [r[1] - r[0] for r in kernels]
     total = sum(durations)
-    gemm = [(r[1] - r[0], gpu.names[r[4]]) for r in kernels if _GEMM.search(gpu.names[r[4]])]
+    gemm = [(r[1] - r[0], r[4]) for r in kernels if gpu.is_gemm(r[4])]
     gemm_time = sum(d for d, _ in gemm)
+    tensor_core = sum(d for d, n in gemm if gpu.flag(n, "tc", lambda name: bool(_TENSOR_CORE.search(name))))
     busy = _length(_merged([(r[0], r[1]) for r in kernels]))
-    pageable = [r for r in gpu.rows if _PAGEABLE_H2D.match(gpu.names[r[4]])]
+    pageable = [r for r in gpu.rows if gpu.flag(r[4], "pageable", lambda name: bool(_PAGEABLE_H2D.match(name)))]
     return {"gpu_kernels": len(kernels), "median_kernel_us": round(statistics.median(durations), 2),
             "gemm_pct": _pct(gemm_time, total),
-            "tensor_core_pct": _pct(sum(d for d, n in gemm if _TENSOR_CORE.search(n)), gemm_time) if gemm else None,
+            "tensor_core_pct": _pct(tensor_core, gemm_time) if gemm else None,
             "launch_cpu_pct": _pct(ev.launch_us, busy),
             "h2d_pageable": len(pageable), "h2d_pageable_ms": round(sum(r[1] - r[0] for r in pageable) / 1000, 3)}
 

@@ -12,6 +12,7 @@ import codecs
 import gzip
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List
 
@@ -207,17 +208,43 @@ def _document(cursor: _Cursor, trace: TraceFile, on_event: Callable[[dict], None
         raise TraceError(f"{trace.path}: a JSON object without traceEvents: not a PyTorch profiler trace")
 
 
+_SEPARATOR = re.compile(r"[ \t\r\n]*([,\]])[ \t\r\n]*")
+
+
 def _events(cursor: _Cursor, trace: TraceFile, on_event: Callable[[dict], None]) -> None:
+    """The events, decoded one by one with the C scanner straight off the window; the careful path (more text,
+    truncation, errors with offsets) only where the window ends or the text is not an event."""
     cursor.expect("[")
     if cursor.skip_space() == "]":
         cursor.pos += 1
         return
-    while True:
-        at = cursor.pos
-        event = cursor.value()
-        if not isinstance(event, dict):
-            raise cursor.error(f"traceEvents[{trace.events}] is not an object", at)
-        trace.events += 1
-        on_event(event)
-        if cursor.expect(",]") == "]":
-            return
+    scan, separate, count = _Cursor._decoder.scan_once, _SEPARATOR.match, 0
+    buf, at = cursor.buf, cursor.pos
+    try:
+        while True:
+            try:
+                event, end = scan(buf, at)
+                separator = separate(buf, end)
+            except (StopIteration, json.JSONDecodeError, RecursionError):
+                separator = None
+            if separator is None or (separator.end() == len(buf) and not cursor.text.eof):
+                cursor.pos = at
+                start = cursor.offset(at)
+                event = cursor.value()          # at the window's edge, or not JSON: the careful path
+                closing = cursor.expect(",]")
+                if closing == ",":
+                    cursor.skip_space()
+                buf, next_at = cursor.buf, cursor.pos
+            else:
+                start, next_at, closing = None, separator.end(), separator.group(1)
+            if type(event) is not dict:
+                raise TraceError(f"{trace.path}: byte {cursor.offset(at) if start is None else start}: "
+                                 f"traceEvents[{count}] is not an object")
+            count += 1
+            on_event(event)
+            at = next_at
+            if closing == "]":
+                return
+    finally:
+        cursor.pos = max(cursor.pos, at) if cursor.buf is buf else cursor.pos
+        trace.events += count
