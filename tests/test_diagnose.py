@@ -228,3 +228,30 @@ def test_the_api_checks_its_arguments_first():
         assert caught.value.argument == "paths"
     with pytest.raises(BadInput, match="no such file"):
         api.diagnose(["/nonexistent/trace.json"])
+
+
+@pytest.mark.slow
+def test_a_huge_trace_is_read_in_bounded_memory(tmp_path):
+    """A 50 MB trace (CPU operator events of a long job: no GPU trace is made up) is read streaming: the peak of
+    Python allocations stays a small fraction of the file, where a json.load would hold it several times over."""
+    import tracemalloc
+    big = tmp_path / "big.pt.trace.json"
+    with open(big, "w") as fh:
+        fh.write('{"schemaVersion": 1, "traceEvents": [\n')
+        for step in range(100):
+            fh.write(json.dumps({"ph": "X", "cat": "cpu_op", "name": f"ProfilerStep#{step}", "ts": step * 10_000,
+                                 "dur": 9_000, "args": {}}) + ",\n")
+            fh.writelines(json.dumps({"ph": "X", "cat": "cpu_op", "name": f"aten::op_{i % 50}", "ts": step * 10_000 + i,
+                                      "dur": 1, "args": {"Sequence number": i, "Fwd thread id": 0,
+                                                         "Input Dims": [[512, 512], [512]]}}) + ",\n"
+                          for i in range(5000))
+        fh.write(json.dumps({"ph": "X", "cat": "cpu_op", "name": "end", "ts": 0, "dur": 1}) + "\n]}\n")
+    assert big.stat().st_size > 50 << 20
+    tracemalloc.start()
+    try:
+        (rank,) = api.diagnose([str(big)]).facts.ranks
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rank.steps == 99 and rank.complete
+    assert peak < 20 << 20, f"peak {peak >> 20} MiB"
