@@ -10,7 +10,10 @@ from typing import Dict, List, Sequence, Tuple
 from .rules import Finding
 
 DEFAULT_ACT_ON = ("fail",)
-REASON_PREFIX = "gpuprep: "      # Slurm drain reasons gpuprep set start with this, and only those are its own
+# A Slurm drain reason gpuprep set: the check id first (sinfo -R shows 20 characters: "gpu.row-remap GPU1 (g"),
+# then the subject, then this mark, by which gpuprep knows its own drains (and only those) run after run
+REASON_MARK = " (gpuprep)"
+LEGACY_PREFIX = "gpuprep: "      # the mark of gpuprep <= 0.1 (drains it set before an upgrade are still its own)
 REASON_LIMIT = 200               # Slurm keeps longer reasons, but sinfo -R shows 20 characters, scontrol one line
 NPD_MESSAGE_LIMIT = 80           # node-problem-detector's default max_output_length
 
@@ -34,12 +37,15 @@ def headline(found: Sequence[Finding]) -> str:
 
 
 def slurm_reason(found: Sequence[Finding]) -> str:
-    """Reason="gpuprep: gpu.xid GPU3 (+1 more)": the key words within the 20 characters sinfo -R shows."""
-    return (REASON_PREFIX + headline(found))[:REASON_LIMIT]
+    """Reason="gpu.xid GPU3 (+1 more) (gpuprep)": the check id in the first 20 characters sinfo -R shows, the same
+    words every run (so a node drained for the same problem is not drained again). No double quote: scontrol
+    strips one at the end of a reason, and the next run would see a reason of its own changed."""
+    head = headline(found).replace('"', "'")
+    return head[:REASON_LIMIT - len(REASON_MARK)] + REASON_MARK
 
 
 def is_own_reason(reason: str) -> bool:
-    return reason.startswith(REASON_PREFIX)
+    return reason.endswith(REASON_MARK) or reason.startswith(LEGACY_PREFIX)
 
 
 def log_lines(found: Sequence[Finding]) -> List[str]:
@@ -55,20 +61,38 @@ def npd(found: Sequence[Finding]) -> Tuple[int, str]:
     return 1, (headline(found) + ": " + _printable(found[0].title))[:NPD_MESSAGE_LIMIT]
 
 
+def npd_unknown(message: str) -> Tuple[int, str]:
+    """What could not be judged: NPD's "unknown" (any exit but 0 and 1), one printable line of at most 80."""
+    return 2, ("gpuprep unknown: " + _printable(message))[:NPD_MESSAGE_LIMIT]
+
+
 NAGIOS = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
+
+
+def _plugin_text(text: str) -> str:
+    """Words on a Nagios status line: printable, and no '|' (it starts the performance data)."""
+    return _printable(text).replace("|", "/")
 
 
 def nagios(findings: Sequence[Finding], found: Sequence[Finding]) -> Tuple[int, str]:
     """The Nagios/Icinga plugin convention (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN): CRITICAL when a failing
-    finding is acted on, WARNING when only warnings are, with the counts as performance data."""
+    finding is acted on, WARNING when a warning is found (a Nagios user expects to hear of it even where the
+    profile drains on failures only), UNKNOWN when nothing was judged; the counts as performance data."""
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("fail", "warn", "info", "pass")}
     perf = " ".join(f"{s}={n}" for s, n in counts.items())
-    if not found:
-        return NAGIOS["ok"], f"GPUPREP OK - {counts['pass']} checks passed | {perf}"
-    state = "critical" if any(f.severity == "fail" for f in found) else "warning"
-    return NAGIOS[state], f"GPUPREP {state.upper()} - {headline(found)}: {_printable(found[0].title)} | {perf}"
+    if any(f.severity == "fail" for f in found):
+        return NAGIOS["critical"], f"GPUPREP CRITICAL - {_plugin_text(headline(found))}: " \
+                                   f"{_plugin_text(found[0].title)} | {perf}"
+    warned = [f for f in findings if f.severity == "warn"]
+    if warned:
+        return NAGIOS["warning"], f"GPUPREP WARNING - {_plugin_text(headline(warned))}: " \
+                                  f"{_plugin_text(warned[0].title)} | {perf}"
+    if not counts["pass"] and not counts["fail"]:
+        return nagios_unknown(f"nothing was judged ({counts['info']} informational findings) | {perf}")
+    return NAGIOS["ok"], f"GPUPREP OK - {counts['pass']} checks passed | {perf}"
 
 
 def nagios_unknown(message: str) -> Tuple[int, str]:
     """What could not be judged (bad input, a probe that failed) is UNKNOWN, never OK and never CRITICAL."""
-    return NAGIOS["unknown"], "GPUPREP UNKNOWN - " + _printable(message)
+    text, bar, perf = message.partition(" | ")
+    return NAGIOS["unknown"], "GPUPREP UNKNOWN - " + _plugin_text(text) + (bar + perf if bar else "")

@@ -31,13 +31,26 @@ def _parser(prog: str = "gpuprep-probe") -> argparse.ArgumentParser:
     slurm.add_argument("--burnin-within", metavar="DURATION", help="... and is at most this old (e.g. 24h)")
     slurm.add_argument("--baseline-dir", default="/run/gpuprep/slurm", metavar="DIR",
                        help="where the prolog notes each job's start for its epilog (default /run/gpuprep/slurm)")
-    slurm.add_argument("--budget", type=float, default=45.0, metavar="SECONDS",
-                       help="give up (change nothing) when judging takes longer (default 45, below Slurm's 60 s)")
+    slurm.add_argument("--budget", type=_seconds, default=45.0, metavar="SECONDS",
+                       help="give up (change nothing, exit 0) when the whole hook, from the interpreter's start, "
+                            "takes longer (default 45, below Slurm's 60 s)")
     for name, text in (("npd", "node-problem-detector custom plugin: exit 0 healthy, 1 a problem, 2 unknown; one "
                                "line of at most 80 characters"),
                        ("nagios", "Nagios/Icinga plugin: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; one status line")):
         _judging(commands.add_parser(name, help=text))
     return parser
+
+
+def _seconds(text: str) -> float:
+    """A budget: a finite number of seconds, more than 0 and at most an hour."""
+    import math
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r}: give a number of seconds above 0, at most 3600")
+    return value
 
 
 def _judging(parser: argparse.ArgumentParser) -> None:
@@ -84,10 +97,6 @@ def _textfile(args) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 _FLAGS = {"output": "-o", "profile": "--profile", "skip": "--skip", "only": "--only", "age": "--burnin-within"}
 
 
@@ -114,7 +123,7 @@ def _nagios(args):
 # command -> (judge and word it, exit code and line for what could not be judged): a monitor reads the line on
 # standard output, and an error is "unknown" in its own convention, never healthy
 _MONITORS = {
-    "npd": (_npd, lambda message: (2, ("gpuprep unknown: " + message)[:80])),
+    "npd": (_npd, lambda message: _adapters().npd_unknown(message)),
     "nagios": (_nagios, lambda message: _adapters().nagios_unknown(message)),
 }
 
@@ -135,25 +144,64 @@ def _monitor(args) -> int:
 
 
 def _slurm(args) -> int:
-    """Judge within the budget, then drain, resume or leave the node; prolog: exit 1 on a failing verdict (Slurm
-    requeues the job); epilog: only Xid lines new since the job started count, and it exits 0 once it drained."""
+    """Slurm's hooks, by one exit policy: the node's own failure exits 1 (health check, prolog: Slurm requeues the
+    job); gpuprep's own trouble (no scontrol, the budget run out, its state directory unusable, a bad option, a
+    lock another hook holds) never fails a hook, since Slurm drains a node whose prolog or epilog fails: it leaves
+    the node as it was, says why in the journal and on stderr, and exits 0."""
+    from . import slurm
+    try:
+        return _slurm_hook(args)
+    except Exception as exc:     # noqa: BLE001 (gpuprep's own trouble, whatever it is, must not drain the node)
+        line = f"gpuprep slurm {args.hook}: the node was left as it was: {exit_for(exc, _FLAGS)[1]}"
+        slurm.journal([line])
+        sys.stderr.write(line + "\n")
+        return 0
+
+
+def _slurm_hook(args) -> int:
+    """Within the budget (counted from the interpreter's start), under the node's lock: judge, then drain, resume
+    or leave the node; the epilog counts only Xid lines new since the job started and exits 0 once it drained."""
     import os
+    import socket
     import time
 
     from . import slurm
     within = slurm.parse_age(args.burnin_within) if args.burnin_within else None
     name = slurm.node_name(args.node)
     job = os.environ.get("SLURM_JOB_ID", "")
-    with _budget(args.budget):
-        facts = _hook_facts(args, job)
-        from . import adapters, api
-        profile = api.profile(args.profile)
-        result = api.check(facts=facts, profile_name=args.profile, skip=args.skip, only=args.only)
-        found = adapters.problems(result.findings, profile)
-    blocked = slurm.burnin_gate(args.require_burnin, within, time.time())
-    outcome = slurm.act(name, found, slurm.Scontrol(args.scontrol), blocked)
+    budget = args.budget - _process_age()
+    with _budget(budget):
+        lock = slurm.HookLock(args.baseline_dir)
+        if not lock.acquire(0 if args.hook == "healthcheck" else budget):
+            from .errors import GpuprepError
+            raise GpuprepError("another gpuprep hook holds this node's lock (it judges and acts now)")
+        try:
+            facts_at = time.time()
+            facts = _hook_facts(args, job)
+            from . import adapters, api
+            profile = api.profile(args.profile)
+            result = api.check(facts=facts, profile_name=args.profile, skip=args.skip, only=args.only)
+            found = adapters.problems(result.findings, profile)
+            gpus = [v for g in facts.gpus or [] for v in (g.uuid, g.pci_bus_id) if v]
+            gate = slurm.Gate(args.require_burnin, within, socket.gethostname(), gpus)
+            outcome = slurm.act(name, found, slurm.Scontrol(args.scontrol), gate, facts_at=facts_at)
+        finally:
+            lock.release()
     sys.stderr.write(f"gpuprep slurm {args.hook}: node {name}: {outcome.action.kind} ({outcome.action.why})\n")
     return 1 if found and args.hook in ("healthcheck", "prolog") else 0
+
+
+def _process_age() -> float:
+    """Seconds since this process started (the interpreter's start counts against a hook's budget): /proc's
+    start time in clock ticks since boot against the uptime; 0 where /proc cannot tell."""
+    import os
+    try:
+        with open("/proc/self/stat") as fh:
+            started = int(fh.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as fh:
+            return max(0.0, float(fh.read().split()[0]) - started)
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _hook_facts(args, job: str):
@@ -196,3 +244,7 @@ def _budget(seconds: float):
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
     return limited()
+
+
+if __name__ == "__main__":      # last: main() uses the tables above (python -m gpuprep.probe_main)
+    sys.exit(main())

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import socket
+import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -26,10 +27,11 @@ BASELINE_DIR = "/run/gpuprep/slurm"     # the prolog's record of each job's star
 @dataclass
 class NodeState:
     """What `scontrol show node` says of the node: its state flags (IDLE, ALLOCATED, DRAIN, DOWN, ...) and the
-    reason an earlier drain or down gave, without the '[user@time]' Slurm appends."""
+    reason an earlier drain or down gave, without the '[user@time]' Slurm appends; that time as `reason_at`."""
     name: str
     flags: List[str] = field(default_factory=list)
     reason: str = ""
+    reason_at: Optional[float] = None
 
     @property
     def drained(self) -> bool:
@@ -44,9 +46,18 @@ def parse_node(text: str, name: str) -> NodeState:
     state = re.search(r"(?:^|\s)State=(\S+)", text)
     if state is None:
         raise GpuprepError(f"scontrol show node {name}: no State= in its answer")
-    reason = re.search(r"^\s*Reason=(.*?)(?:\s+\[[^\]]*@[^\]]*\])?\s*$", text, re.M)
+    reason = re.search(r"^\s*Reason=(.*?)(?:\s+\[[^\]]*@([^\]]*)\])?\s*$", text, re.M)
     return NodeState(name, [f.rstrip("*~#!%$@^-") for f in state.group(1).split("+")],
-                     reason.group(1) if reason else "")
+                     reason.group(1) if reason else "", _local_time(reason.group(2)) if reason else None)
+
+
+def _local_time(text: Optional[str]) -> Optional[float]:
+    """slurmctld's '2026-11-25T02:40:01' (its local time) as a Unix time; None when absent or unreadable."""
+    import datetime as dt
+    try:
+        return dt.datetime.fromisoformat(text).timestamp() if text else None
+    except ValueError:
+        return None
 
 
 @dataclass
@@ -56,9 +67,11 @@ class Action:
     reason: str = ""    # the drain reason, for a drain
 
 
-def decide(node: NodeState, found: Sequence[Finding], resume_blocked: Optional[str] = None) -> Action:
+def decide(node: NodeState, found: Sequence[Finding], resume_blocked: Optional[str] = None,
+           facts_at: Optional[float] = None) -> Action:
     """What to do with the node. `found`: the problems to act on; `resume_blocked`: why a node gpuprep drained may
-    not return yet although it is healthy (no passing burn-in recorded), or None."""
+    not return yet although it is healthy (no passing burn-in recorded), or None; `facts_at`: when the facts were
+    gathered (a drain stamped at or after that second came from newer facts than these: never undone by them)."""
     if found:
         reason = adapters.slurm_reason(found)
         if not node.drained:
@@ -69,6 +82,8 @@ def decide(node: NodeState, found: Sequence[Finding], resume_blocked: Optional[s
             return Action("drain", "failing, for another reason now", reason)
         return Action("keep", "failing, drained by gpuprep already")
     if node.drained and node.ours:
+        if facts_at is not None and node.reason_at is not None and node.reason_at >= int(facts_at):
+            return Action("keep", "drained after these facts were gathered: the next run judges newer ones")
         if resume_blocked:
             return Action("keep", f"healthy again, but {resume_blocked}")
         return Action("resume", "healthy again")
@@ -77,23 +92,76 @@ def decide(node: NodeState, found: Sequence[Finding], resume_blocked: Optional[s
     return Action("none", "healthy")
 
 
-def burnin_gate(path: Optional[str], within_seconds: Optional[float], now: float) -> Optional[str]:
-    """None when a drained node may return: no burn-in asked for, or the report at `path` passed within the
-    window; otherwise why not."""
-    if not path:
-        return None
+REPORT_LIMIT = 64 << 20
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """A regular file's first `limit` bytes. A FIFO, device or symbolic link is refused before it is opened for
+    reading in a way that could block (O_NONBLOCK, O_NOFOLLOW): a planted FIFO must not hang a hook."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     try:
-        with open(path, "rb") as fh:
-            document = json.loads(fh.read(1 << 22))
-    except (OSError, ValueError) as exc:
-        return f"no readable burn-in report at {path} ({getattr(exc, 'strerror', None) or exc})"
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file (a FIFO, device or link)")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(limit)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Gate:
+    """What a passing burn-in must show to let a node gpuprep drained return: a report that passed, by the
+    schema, after the drain, on this node (its host name among the ranks', and its GPUs among the ranks' GPUs)."""
+    path: Optional[str]
+    within_seconds: Optional[float] = None
+    host: str = ""
+    gpus: Sequence[str] = ()      # this node's GPU UUIDs (and bus ids), when known
+
+
+def burnin_gate(gate: Gate, now: float, drained_at: Optional[float] = None) -> Optional[str]:
+    """None when a drained node may return: no burn-in asked for, or the report passes every test of Gate;
+    otherwise why not."""
+    if not gate.path:
+        return None
+    path = gate.path
+    try:
+        document = json.loads(read_regular(path, REPORT_LIMIT))
+    except (OSError, ValueError, RecursionError) as exc:
+        return f"no readable burn-in report at {path} ({str(getattr(exc, 'strerror', None) or exc)[:80]})"
     if not isinstance(document, dict) or not str(document.get("schema", "")).startswith("gpuprep.burnin/"):
         return f"{path} is not a gpuprep burn-in report"
     if document.get("verdict") != "pass":
         return f"the burn-in in {path} did not pass (verdict {str(document.get('verdict'))[:20]})"
-    age = now - _timestamp(document.get("generated_at"))
-    if within_seconds is not None and not 0 <= age <= within_seconds:
-        return f"the passing burn-in in {path} is {age / 3600:.1f} h old (at most {within_seconds / 3600:.1f} h)"
+    problem = _report_ranks_problem(document, gate)
+    if problem:
+        return f"the passing burn-in in {path} {problem}"
+    stamp = _timestamp(document.get("generated_at"))
+    age = now - stamp
+    if gate.within_seconds is not None and not 0 <= age <= gate.within_seconds:
+        return f"the passing burn-in in {path} is {age / 3600:.1f} h old (at most {gate.within_seconds / 3600:.1f} h)"
+    if drained_at is not None and stamp < drained_at:
+        return f"the passing burn-in in {path} ran before the node was drained"
+    return None
+
+
+def _report_ranks_problem(document: dict, gate: Gate) -> Optional[str]:
+    from .burnin.report_schema import checked_ranks
+    try:
+        ranks = checked_ranks(document)
+    except ValueError as exc:
+        return f"is malformed ({str(exc)[:80]})"
+    if not ranks:
+        return "has no ranks"
+    short = gate.host.split(".")[0]
+    hosts = {str(r.get("host") or "").split(".")[0] for r in ranks}
+    if short and short not in hosts:
+        return f"ran on {', '.join(sorted(hosts))[:60]}, not on this node ({short})"
+    seen = {str(r.get(k)) for r in ranks for k in ("gpu_uuid", "pci_bus_id") if r.get(k)}
+    missing = [g for g in gate.gpus if g not in seen]
+    if gate.gpus and seen and len(missing) == len(gate.gpus):
+        return "did not run on this node's GPUs"
+    if gate.gpus and seen and missing:
+        return f"did not cover every GPU of this node ({len(missing)} missing)"
     return None
 
 
@@ -169,10 +237,15 @@ class HookResult:
     problems: List[Finding]
 
 
-def act(name: str, found: List[Finding], scontrol: Scontrol, resume_blocked: Optional[str] = None,
-        log: Callable[[Sequence[str]], None] = journal) -> HookResult:
-    """Read the node's state, decide, and carry it out; every problem and the action go to the journal."""
-    action = decide(scontrol.node(name), found, resume_blocked)
+def act(name: str, found: List[Finding], scontrol: Scontrol, gate: Optional[Gate] = None,
+        log: Callable[[Sequence[str]], None] = journal, facts_at: Optional[float] = None) -> HookResult:
+    """Read the node's state, decide, and carry it out; every problem and the action go to the journal. The burn-in
+    gate is asked only of a healthy node gpuprep drained, against the time of that drain."""
+    node = scontrol.node(name)
+    blocked = None
+    if gate is not None and not found and node.drained and node.ours:
+        blocked = burnin_gate(gate, time.time(), node.reason_at)
+    action = decide(node, found, blocked, facts_at)
     if action.kind == "drain":
         scontrol.drain(name, action.reason)
     elif action.kind == "resume":
@@ -187,24 +260,71 @@ def baseline_path(job_id: str, directory: str = BASELINE_DIR) -> str:
     return os.path.join(directory, f"job-{job_id}.json")
 
 
+def state_directory(directory: str = BASELINE_DIR) -> str:
+    """gpuprep's own directory for the hooks (baselines, the lock): created 0700, and refused when it is a
+    symbolic link or not a directory (the prolog would write, and the epilog delete, wherever it points)."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            pass
+        info = os.lstat(directory)
+    except OSError as exc:
+        raise GpuprepError(f"state directory {directory}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise GpuprepError(f"{directory}: not a plain directory (a symbolic link or a file): not used")
+    return directory
+
+
 def record_baseline(job_id: str, xid_count: Optional[int], directory: str = BASELINE_DIR) -> None:
     """The prolog's note of how many Xid/SXid lines the kernel log held when the job started."""
     from .output import write_atomic
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    write_atomic(baseline_path(job_id, directory), json.dumps({"xids": xid_count, "at": time.time()}) + "\n")
+    path = baseline_path(job_id, state_directory(directory))
+    try:
+        write_atomic(path, json.dumps({"xids": xid_count, "at": time.time()}) + "\n")
+    except OSError as exc:      # a full or read-only disk: the epilog then judges every Xid line
+        raise GpuprepError(f"{path}: {exc.strerror or exc}") from None
 
 
 def read_baseline(job_id: str, directory: str = BASELINE_DIR) -> Optional[int]:
     """The number of Xid lines at the job's start (then the file is removed); None when the prolog left none."""
-    path = baseline_path(job_id, directory)
+    path = baseline_path(job_id, state_directory(directory))
     try:
-        with open(path) as fh:
-            data = json.load(fh)
+        data = json.loads(read_regular(path, 1 << 16))
         os.remove(path)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     count = data.get("xids") if isinstance(data, dict) else None
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+
+
+class HookLock:
+    """One lock per node (flock on a file in gpuprep's state directory) held from reading the facts to acting on
+    them: slurmd starts a health check while the last still runs, and a prolog, an epilog and health checks may
+    overlap; without it a check with older facts could resume a node the epilog had just drained."""
+
+    def __init__(self, directory: str = BASELINE_DIR):
+        self.path = os.path.join(state_directory(directory), "hook.lock")
+        self.fd: Optional[int] = None
+
+    def acquire(self, wait_seconds: float) -> bool:
+        import fcntl
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        deadline = time.monotonic() + max(0.0, wait_seconds)
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.05)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)       # closing the descriptor releases the flock
+            self.fd = None
 
 
 def allocation(environ) -> Optional[tuple]:

@@ -14,8 +14,11 @@ from . import __version__
 from .errors import BadInput
 
 _PACKAGE = Path(__file__).resolve().parent
-# controller-only parts: the CLI, the Ansible layer and the burn-in never run from the zipapp
-_LEFT_OUT = {"cli.py", "__main__.py", "zipapp.py", "fleet_check.py", "ansible", "burnin", "share", "__pycache__"}
+# controller-only parts: the CLI, the Ansible layer, the burn-in and the job diagnosis never run from the zipapp,
+# but for the burn-in report's schema, which the Slurm hooks' return-to-service gate checks on the node
+_LEFT_OUT = {"cli.py", "__main__.py", "zipapp.py", "fleet_check.py", "ansible", "burnin", "job", "share",
+             "__pycache__"}
+_KEPT = {"burnin/__init__.py", "burnin/report_schema.py"}
 MIN_PYTHON = (3, 8)
 
 _MAIN = f'''import sys
@@ -34,7 +37,7 @@ def _members() -> Iterator[Tuple[str, Path]]:
     files = (Path(base) / name for base, _, names in os.walk(_PACKAGE, followlinks=True) for name in names)
     for path in sorted(files):
         relative = path.relative_to(_PACKAGE)
-        if not (set(relative.parts) & _LEFT_OUT) and path.suffix != ".pyc":
+        if (relative.as_posix() in _KEPT or not set(relative.parts) & _LEFT_OUT) and path.suffix != ".pyc":
             yield f"gpuprep/{relative.as_posix()}", path
     import prometheus_client
     import pynvml

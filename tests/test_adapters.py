@@ -8,7 +8,7 @@ import pytest
 from conftest import corpus, run_cli
 from gpuprep import adapters, api
 from gpuprep.rules import Finding
-from gpuprep.slurm import Action, NodeState, burnin_gate, decide, parse_node
+from gpuprep.slurm import Action, Gate, NodeState, burnin_gate, decide, parse_node
 
 SLURM = Path(__file__).parent / "data" / "slurm"
 HEALTHY = "a10.nvidia-smi-q.txt"                       # passes with the default profile
@@ -41,10 +41,23 @@ def _node(capture):
 
 
 def test_a_failing_node_is_drained_with_the_check_id_in_the_first_20_characters():
+    """sinfo -R shows 20 characters: 'gpuprep: ' left 11 of them to the id ('gpuprep: gpu.row-rem')."""
     _, found = _found(FAILING)
     action = decide(_node("scontrol-show-node-idle.txt"), found)
-    assert action.kind == "drain" and action.reason.startswith("gpuprep: gpu.row-remap")
-    assert action.reason[:20] == "gpuprep: gpu.row-rem"
+    assert action.kind == "drain" and action.reason.startswith("gpu.row-remap GPU1")
+    assert action.reason[:20].startswith("gpu.row-remap") and action.reason.endswith(" (gpuprep)")
+    assert adapters.is_own_reason(action.reason) and adapters.is_own_reason("gpuprep: gpu.xid GPU3")   # and 0.1's
+    assert not adapters.is_own_reason("bad dimm, ticket 4711")
+
+
+def test_the_reason_is_stable_and_never_ends_in_a_quote():
+    """scontrol strips a double quote that ends a reason: the next run saw a reason of its own changed and drained
+    the node again, every run."""
+    quoted = Finding("gpu.xid", "fail", 'GPU "0"', "x")
+    reason = adapters.slurm_reason([quoted])
+    assert '"' not in reason and reason == adapters.slurm_reason([quoted])
+    node = NodeState("node1", ["IDLE", "DRAIN"], reason)
+    assert decide(node, [quoted]).kind == "keep"
 
 
 def test_an_admins_drain_is_never_cleared_nor_overwritten():
@@ -75,20 +88,72 @@ def test_warnings_do_not_drain_unless_the_profile_acts_on_them(tmp_path):
 def test_node_supplied_words_reach_a_reason_as_printable_ascii():
     hostile = Finding("gpu.xid", "fail", "GPU0\n[root@now] Reason=ok\x1b[2J", "x")
     reason = adapters.slurm_reason([hostile])
-    assert "\n" not in reason and "\x1b" not in reason and reason.startswith("gpuprep: gpu.xid GPU0")
+    assert "\n" not in reason and "\x1b" not in reason and reason.startswith("gpu.xid GPU0")
+
+
+def _report(tmp_path, verdict="pass", stamp=None, ranks=None, name="burnin.json"):
+    import datetime as dt
+    report = tmp_path / name
+    stamp = stamp or dt.datetime.now(dt.timezone.utc).isoformat()
+    ranks = ranks if ranks is not None else [{"rank": 0, "world_size": 1, "host": "node1", "device": "cuda:0",
+                                              "gpu_uuid": "GPU-aaa", "pci_bus_id": "00000000:3B:00.0",
+                                              "step_ms": [5.0]}]
+    report.write_text(json.dumps({"schema": "gpuprep.burnin/1", "verdict": verdict, "generated_at": stamp,
+                                  "ranks": ranks}))
+    return str(report)
 
 
 def test_burnin_gate_wants_a_passing_recent_report(tmp_path):
     import datetime as dt
-    report = tmp_path / "burnin.json"
     now = dt.datetime(2026, 11, 25, 12, tzinfo=dt.timezone.utc)
-    assert "no readable" in burnin_gate(str(report), 3600, now.timestamp())
+    gate = Gate(str(tmp_path / "none.json"), 3600, "node1")
+    assert "no readable" in burnin_gate(gate, now.timestamp())
     for verdict, age_h, blocked in (("pass", 1, False), ("pass", 30, True), ("fail", 1, True)):
         stamp = (now - dt.timedelta(hours=age_h)).isoformat()
-        report.write_text(json.dumps({"schema": "gpuprep.burnin/1", "verdict": verdict, "generated_at": stamp}))
-        assert (burnin_gate(str(report), 24 * 3600, now.timestamp()) is not None) == blocked, (verdict, age_h)
-    report.write_text(json.dumps({"schema": "gpuprep.check/1", "verdict": "pass"}))
-    assert "not a gpuprep burn-in report" in burnin_gate(str(report), None, now.timestamp())
+        gate = Gate(_report(tmp_path, verdict, stamp), 24 * 3600, "node1")
+        assert (burnin_gate(gate, now.timestamp()) is not None) == blocked, (verdict, age_h)
+    (tmp_path / "check.json").write_text(json.dumps({"schema": "gpuprep.check/1", "verdict": "pass"}))
+    assert "not a gpuprep burn-in report" in burnin_gate(Gate(str(tmp_path / "check.json")), now.timestamp())
+
+
+def test_the_gate_believes_no_pass_that_is_not_this_nodes_after_its_drain(tmp_path):
+    """Any '"verdict": "pass"' resumed the node: another node's report on a shared file system, one with no
+    ranks, one whose ranks break the schema, one from before the drain."""
+    import datetime as dt
+    import time as _time
+    now = _time.time()
+    gpus = ["GPU-aaa", "00000000:3B:00.0"]
+    assert burnin_gate(Gate(_report(tmp_path), None, "node1", gpus), now) is None
+    cases = {
+        "another node's": (Gate(_report(tmp_path, name="a.json"), None, "node2", gpus), "not on this node"),
+        "no ranks": (Gate(_report(tmp_path, ranks=[], name="b.json"), None, "node1"), "has no ranks"),
+        "bad ranks": (Gate(_report(tmp_path, ranks=[{"rank": "zero", "world_size": 1}], name="c.json"), None,
+                           "node1"), "malformed"),
+        "other GPUs": (Gate(_report(tmp_path, name="d.json"), None, "node1", ["GPU-bbb"]), "this node's GPUs"),
+    }
+    for what, (gate, words) in cases.items():
+        assert words in (burnin_gate(gate, now) or ""), what
+    before = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=2)).isoformat()
+    assert "before the node was drained" in burnin_gate(Gate(_report(tmp_path, stamp=before), None, "node1"), now,
+                                                         drained_at=now - 3600)
+
+
+def test_a_fifo_or_a_deep_report_never_hangs_or_crashes_the_gate(tmp_path):
+    import os as _os
+    import time as _time
+    fifo = tmp_path / "report.fifo"
+    _os.mkfifo(fifo)
+    assert "not a regular file" in burnin_gate(Gate(str(fifo)), _time.time())
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000 + "]" * 100000)
+    assert "no readable" in burnin_gate(Gate(str(deep)), _time.time())
+
+
+def test_a_drain_newer_than_the_facts_is_not_undone_by_them():
+    """A health check that gathered healthy facts before the epilog drained for an Xid must not resume."""
+    drained = NodeState("node1", ["IDLE", "DRAIN"], "gpu.xid GPU3 (gpuprep)", reason_at=1_000_000.0)
+    assert decide(drained, [], facts_at=999_999.5).kind == "keep"
+    assert decide(drained, [], facts_at=1_000_010.0).kind == "resume"
 
 
 @pytest.mark.parametrize("capture, code, starts", [
@@ -103,7 +168,7 @@ def test_npd_plugin_mode(capture, code, starts):
 
 
 @pytest.mark.parametrize("capture, code, starts", [
-    (HEALTHY, 0, "GPUPREP OK"), (WARN_ONLY, 0, "GPUPREP OK"), (FAILING, 2, "GPUPREP CRITICAL - gpu.row-remap"),
+    (HEALTHY, 0, "GPUPREP OK"), (WARN_ONLY, 1, "GPUPREP WARNING"), (FAILING, 2, "GPUPREP CRITICAL - gpu.row-remap"),
 ])
 def test_nagios_plugin_mode(capture, code, starts):
     done = run_cli("nagios", "--from", corpus(capture))
@@ -151,7 +216,7 @@ def test_the_epilog_drains_for_xids_that_came_during_the_job_only(tmp_path):
     done = run_cli("slurm", "epilog", "--from", before, "--from", during, *common, env=env)
     assert done.returncode == 0, done.stderr                       # the epilog drains itself and exits 0
     (update,) = log.read_text().splitlines()
-    assert update.startswith("update NodeName=node1 State=DRAIN Reason=gpuprep: gpu.xid PCI 0000:0f:00")
+    assert update.startswith("update NodeName=node1 State=DRAIN Reason=gpu.xid PCI 0000:0f:00")
     assert not (tmp_path / "jobs" / "job-4242.json").exists()      # the baseline is used once
 
 
@@ -166,9 +231,62 @@ def test_an_epilog_with_no_new_xids_leaves_the_node(tmp_path):
     assert epilog.returncode == 0 and not log.exists(), epilog.stderr
 
 
-def test_judging_past_the_budget_changes_nothing(tmp_path):
+@pytest.mark.parametrize("hook", ["healthcheck", "prolog", "epilog"])
+def test_judging_past_the_budget_changes_nothing_and_fails_no_hook(tmp_path, hook):
+    """The budget counts from the interpreter's start; running out is gpuprep's trouble, not the node's: a failed
+    prolog or epilog would have Slurm drain a healthy node."""
     scontrol, log = _scontrol(tmp_path, "scontrol-show-node-idle.txt")
-    done = run_cli("slurm", "healthcheck", "--from", corpus(FAILING), "--scontrol", scontrol, "--node", "node1",
-                   "--budget", "0.001")
-    assert done.returncode == 1 and "budget of 0.001 s: the node was left as it was" in done.stderr, done.stderr
+    done = run_cli("slurm", hook, "--from", corpus(FAILING), "--scontrol", scontrol, "--node", "node1",
+                   "--budget", "0.001", "--baseline-dir", str(tmp_path / "state"), env={"SLURM_JOB_ID": "9"})
+    assert done.returncode == 0 and "the node was left as it was" in done.stderr, done.stderr
     assert not log.exists()                                    # no drain, no resume
+
+
+@pytest.mark.parametrize("trouble", ["no scontrol", "read-only state", "symlinked state", "fifo baseline",
+                                     "budget inf"])
+def test_gpupreps_own_trouble_never_fails_a_prolog_or_epilog(tmp_path, trouble):
+    import os as _os
+    scontrol, log = _scontrol(tmp_path, "scontrol-show-node-idle.txt")
+    state, budget = tmp_path / "state", "30"
+    if trouble == "no scontrol":
+        scontrol = str(tmp_path / "missing-scontrol")
+    elif trouble == "read-only state":      # /proc refuses even root (a chmod would not stop root here)
+        state = Path("/proc/gpuprep/slurm")
+    elif trouble == "symlinked state":
+        (tmp_path / "elsewhere").mkdir()
+        state.symlink_to(tmp_path / "elsewhere")
+    elif trouble == "fifo baseline":
+        state.mkdir(mode=0o700)
+        _os.mkfifo(state / "job-9.json")
+    for hook in ("prolog", "epilog"):
+        args = ["slurm", hook, "--from", corpus(HEALTHY), "--scontrol", scontrol, "--node", "node1",
+                "--baseline-dir", str(state), "--budget", "inf" if trouble == "budget inf" else budget]
+        done = run_cli(*args, env={"SLURM_JOB_ID": "9"}, timeout=60)
+        if trouble == "budget inf":         # a usage error: argparse's exit 2, before any hook work
+            assert done.returncode == 2 and "at most 3600" in done.stderr, done.stderr
+            continue
+        assert done.returncode == 0, (hook, done.stderr)
+        assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    if trouble == "symlinked state":
+        assert not list((tmp_path / "elsewhere").iterdir())       # nothing written through the link
+    if trouble == "fifo baseline":
+        assert _os.path.exists(state / "job-9.json")              # the epilog neither hung nor removed it
+
+
+def test_a_health_check_while_another_hook_holds_the_lock_changes_nothing(tmp_path):
+    """slurmd starts health checks while the last still runs (22 at once at a 5 s interval on a real Slurm): one
+    judges and acts at a time, and the others leave the node as it was."""
+    from gpuprep.slurm import HookLock
+    scontrol, log = _scontrol(tmp_path, "scontrol-show-node-idle.txt")
+    held = HookLock(str(tmp_path / "state"))
+    assert held.acquire(0)
+    try:
+        done = run_cli("slurm", "healthcheck", "--from", corpus(FAILING), "--scontrol", scontrol, "--node", "node1",
+                       "--baseline-dir", str(tmp_path / "state"))
+        assert done.returncode == 0 and "holds this node's lock" in done.stderr, done.stderr
+        assert not log.exists()
+    finally:
+        held.release()
+    done = run_cli("slurm", "healthcheck", "--from", corpus(FAILING), "--scontrol", scontrol, "--node", "node1",
+                   "--baseline-dir", str(tmp_path / "state"))
+    assert done.returncode == 1 and "DRAIN" in log.read_text()

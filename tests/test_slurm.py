@@ -111,8 +111,9 @@ def wait_for(condition, what, timeout=90):
 
 
 def drained_by_gpuprep():
+    from gpuprep.adapters import is_own_reason
     flags, reason = state()
-    return "DRAIN" in flags and reason.startswith("gpuprep: ")
+    return "DRAIN" in flags and is_own_reason(reason)
 
 
 def healthy_and_open():
@@ -124,8 +125,8 @@ def test_a_broken_node_is_drained_with_gpupreps_reason_and_resumed_once_fixed(sl
     facts(FAILING)
     wait_for(drained_by_gpuprep, "gpuprep to drain the node")
     flags, reason = state()
-    assert reason.startswith("gpuprep: gpu.row-remap GPU1")
-    assert sh("sinfo -R -h -o '%20E'").stdout.strip().startswith("gpuprep: gpu.row-rem")   # sinfo's 20 characters
+    assert reason.startswith("gpu.row-remap GPU1") and reason.endswith(" (gpuprep)")
+    assert sh("sinfo -R -h -o '%20E'").stdout.strip().startswith("gpu.row-remap GPU1")   # sinfo's 20 characters
     journal = sh("journalctl -t gpuprep --no-pager -n 50").stdout
     assert "drain: failing" in journal and "gpu.row-remap fail GPU1" in journal          # the full list is logged
     facts(HEALTHY)
@@ -161,11 +162,24 @@ def test_return_to_service_waits_for_a_passing_burnin(slurm):
                  "the health check to see the healthy node")
         assert drained_by_gpuprep()                     # healthy, but no burn-in yet: stays out of service
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
-        write(REPORT, json.dumps({"schema": "gpuprep.burnin/1", "verdict": "fail", "generated_at": stamp}))
+        from gpuprep.importers import import_files
+        gpu = import_files([str(CORPUS / HEALTHY)]).gpus[0]
+        ranks = [{"rank": 0, "world_size": 1, "host": sh("hostname").stdout.strip(), "device": "cuda:0",
+                  "gpu_uuid": gpu.uuid, "pci_bus_id": gpu.pci_bus_id, "steps": 20, "step_ms": [5.0] * 20}]
+        write(REPORT, json.dumps({"schema": "gpuprep.burnin/1", "verdict": "fail", "generated_at": stamp,
+                                  "ranks": ranks}))
         wait_for(lambda: "did not pass" in sh("journalctl -t gpuprep --no-pager -n 5 -o cat").stdout,
                  "the health check to read the failed burn-in")
         assert drained_by_gpuprep()
-        write(REPORT, json.dumps({"schema": "gpuprep.burnin/1", "verdict": "pass", "generated_at": stamp}))
+        other = [dict(ranks[0], host="some-other-node")]   # a pass from another node (a shared file system)
+        write(REPORT, json.dumps({"schema": "gpuprep.burnin/1", "verdict": "pass", "generated_at": stamp,
+                                  "ranks": other}))
+        wait_for(lambda: "not on this node" in sh("journalctl -t gpuprep --no-pager -n 5 -o cat").stdout,
+                 "the health check to refuse another node's burn-in")
+        assert drained_by_gpuprep()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() + 1))
+        write(REPORT, json.dumps({"schema": "gpuprep.burnin/1", "verdict": "pass", "generated_at": stamp,
+                                  "ranks": ranks}))
         wait_for(healthy_and_open, "the node to return after a passing burn-in")
     finally:
         write("/usr/local/sbin/gpuprep-healthcheck", hook("healthcheck"), "0755")
