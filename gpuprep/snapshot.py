@@ -244,7 +244,10 @@ class Dcgm:
     tests: Optional[List[DcgmTest]] = None
     health: Optional[str] = None                 # Healthy | Warning | Failure
     incidents: Optional[List[str]] = None
-    missing: Optional[str] = None                # why DCGM was not asked (no dcgmi, no host engine): information
+    missing: Optional[str] = None                # why DCGM was not asked (dcgmi not installed): information
+    failed: Optional[str] = None                 # DCGM was asked and failed: a non-zero exit (226: NVVS error),
+                                                 # a hang, an answer that is no report; what it did say is partial
+    truncated: Optional[bool] = None             # a captured report cut short: the tests not shown are unknown
 
 
 @dataclass

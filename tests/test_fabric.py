@@ -2,6 +2,7 @@
 exact fabric.* / dcgm.* findings it must give; the live probes guarded (a missing tool is unknown or information,
 never a crash or a wrong fail); DCGM's live path through a stand-in `dcgmi` that prints a real report; CUDA error
 802 in a burn-in's output named as the Fabric Manager problem it is."""
+import json
 import os
 import stat
 
@@ -120,8 +121,54 @@ def test_a_host_without_dcgm_is_information_never_a_failure(tmp_path, monkeypatc
     assert judged(snap) == [("dcgm.diag", "info", "host")]
     _stand_in(tmp_path, "dcgmi", 'echo "Error: unable to establish a connection to the specified host: localhost" >&2\n'
                                  'exit 255\n')
+    snap = Snapshot(dcgm=probe_dcgm(level=1))      # installed, and failing: a warning, not "nothing found"
+    assert "unable to establish a connection" in snap.dcgm.failed and judged(snap) == [("dcgm.diag", "warn", "host")]
+
+
+@pytest.mark.parametrize("script, words", [
+    # DCGM_ST_NVVS_ERROR with a partial report whose two tests passed: it read "2 tests passed"
+    ('cat "{partial}"; exit 226\n', "exited 226 (DCGM_ST_NVVS_ERROR"),
+    ('exit 226\n', "answered no report (exit 226)"),
+    ('echo "Segmentation fault"; echo "%%%%garbage" >&2; exit 139\n', "answered no report (%%%%garbage)"),
+])
+def test_a_dcgmi_that_fails_is_a_warning_never_a_pass(tmp_path, monkeypatch, script, words):
+    from gpuprep.probe.dcgm import probe_dcgm
+    from gpuprep.snapshot import Snapshot
+    partial = tmp_path / "partial.json"
+    report = json.loads((FABRIC / "virtualclient-t4-diag-r3-pass.dcgmi-diag.json").read_text())
+    partial.write_text(json.dumps(report))
+    _stand_in(tmp_path, "dcgmi", script.format(partial=partial))
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     snap = Snapshot(dcgm=probe_dcgm(level=1))
-    assert "unable to establish a connection" in snap.dcgm.missing and judged(snap) == [("dcgm.diag", "info", "host")]
+    assert words in snap.dcgm.failed
+    found = judged(snap)
+    assert ("dcgm.diag", "warn", "host") in found and not [f for f in found if f[1] == "pass"]
+
+
+def test_a_dcgmi_that_hangs_is_a_warning(tmp_path, monkeypatch):
+    import gpuprep.probe.dcgm as probe
+    from gpuprep.snapshot import Snapshot
+    _stand_in(tmp_path, "dcgmi", "sleep 30\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setitem(probe.LEVEL_SECONDS, 1, 1)
+    snap = Snapshot(dcgm=probe.probe_dcgm(level=1))
+    assert "did not finish in 1 s" in snap.dcgm.failed and judged(snap) == [("dcgm.diag", "warn", "host")]
+
+
+def test_a_dcgmi_diag_table_cut_before_its_last_block_is_never_a_pass(tmp_path):
+    """A real failing table (NCCL tests issue 264: GPU Memory fails) cut before its Hardware block showed only
+    passing tests, and read as "11 tests passed"."""
+    from gpuprep.importers import import_files
+    from gpuprep.rules import evaluate
+    whole = FABRIC / "nccl-tests-issue-264-h100-diag-r3-failed-cuinit-802.dcgmi-diag.txt"
+    lines = whole.read_text().splitlines(keepends=True)
+    assert "fail" in [f.severity for f in evaluate(import_files([str(whole)])) if f.id == "dcgm.diag"]
+    hardware = next(i for i, line in enumerate(lines) if "Hardware" in line)
+    for keep in (hardware - 5, hardware, hardware + 1):
+        cut = tmp_path / f"cut{keep}.txt"
+        cut.write_text("".join(lines[:keep]))
+        severities = [f.severity for f in evaluate(import_files([str(cut)])) if f.id == "dcgm.diag"]
+        assert "pass" not in severities and "warn" in severities, keep
 
 
 def test_the_fabric_manager_probe_without_systemd_or_fabric_manager_knows_nothing(tmp_path, monkeypatch):
@@ -316,7 +363,7 @@ def test_check_deep_with_a_damaged_dcgm_report_says_so(tmp_path, monkeypatch):
                                  'health) echo "[[[[";; esac\n')
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     dcgm = probe_dcgm(level=1)
-    assert dcgm.tests is None and "could not be read" in dcgm.missing
+    assert dcgm.tests is None and "could not be read" in dcgm.failed
 
 
 @pytest.mark.parametrize("started, kept", [("Thu 2025-02-27 15:00:00 UTC", True),   # the error is of this run
@@ -357,3 +404,20 @@ def test_no_fabric_manager_fails_only_on_an_nvswitch_board(capture, severity):
     snap.fabric_manager = FabricManager(installed=False)
     found = [f.severity for f in api.check(facts=snap).findings if f.id == "fabric.manager"]
     assert found == ([severity] if severity else [])
+
+
+def test_a_fabric_manager_log_over_the_capture_limit_is_refused_not_read_as_a_kernel_log(tmp_path):
+    """Over 64 MiB a time-stamped file went down the large-kernel-log path, which keeps only kernel GPU lines: a
+    Fabric Manager log ending in [FATAL] judged OK, and the Slurm hook resumed the node."""
+    from gpuprep.errors import BadInput
+    from gpuprep.importers import MAX_CAPTURE_BYTES, import_files
+    real = (FABRIC / "gpud-testdata-8gpu-nvswitch-fm-runtime-nonfatal-error.fabricmanager-log.txt").read_text()
+    big = tmp_path / "fabricmanager.log"
+    with open(big, "w") as fh:
+        while fh.tell() <= MAX_CAPTURE_BYTES:
+            fh.write(real)
+        fh.write("[Feb 25 2025 14:00:01] [FATAL] [tid 1803] NVSwitch fatal error detected\n")
+    with pytest.raises(BadInput, match="larger than 64 MiB"):
+        import_files([str(big)])
+    done = run_cli("npd", "--from", str(big))
+    assert done.returncode == 2 and done.stdout.startswith("gpuprep unknown:"), done.stdout

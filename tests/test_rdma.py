@@ -221,3 +221,18 @@ def test_the_html_report_summarises_each_hosts_rdma_ports_escaped():
     snap.rdma_devices[0].firmware = "<script>alert(1)</script>"
     page = render(api.check(facts=snap).document(), "html")
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page
+
+
+def test_an_ibstat_cut_inside_a_port_is_refused_not_a_port_fewer(tmp_path):
+    """Cut after a `Port 1:` line, the port vanished from judgement, and a node drained for it was resumed."""
+    from gpuprep.errors import BadInput
+    from gpuprep.importers import import_files
+    whole = RDMA / "gpud-h100-ndr-all-active.ibstat.txt"
+    lines = whole.read_text().splitlines(keepends=True)
+    assert len(import_files([str(whole)]).rdma_devices) > 1
+    port = max(i for i, line in enumerate(lines) if line.strip() == "Port 1:")
+    for keep in (port + 1, port + 3):
+        cut = tmp_path / f"cut{keep}.ibstat.txt"
+        cut.write_text("".join(lines[:keep]))
+        with pytest.raises(BadInput, match="cut short in CA"):
+            import_files([str(cut)])

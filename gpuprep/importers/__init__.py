@@ -169,7 +169,10 @@ def _large_kernel_log(path: str) -> Optional[str]:
         return None
     try:
         with open(path, encoding="utf-8", errors="replace", newline=None) as fh:
-            if not kernel_log.looks_like_log_lines(fh.read(1 << 16)):
+            head = fh.read(1 << 16)
+            # a Fabric Manager log is time-stamped too, but its errors are not kernel GPU lines: over the limit it
+            # is refused (read_capture), never reduced to the kernel lines it does not have
+            if not kernel_log.looks_like_log_lines(head) or fabricmanager.looks_like_fabric_manager(head):
                 return None
             fh.seek(0)
             kept, size = [], 0

@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any, List, Optional
 
+from ..errors import BadInput
 from ..snapshot import Dcgm, DcgmTest, Snapshot
 
 _STATUS = re.compile(r"^(Pass|Fail|Warn|Skip)\b", re.I)
@@ -160,7 +161,12 @@ def diag_from_table(text: str) -> Dcgm:
 
 
 def import_diag_table(text: str, origin: str) -> Snapshot:
-    return Snapshot(sources=[origin], dcgm=diag_from_table(text))
+    """dcgmi diag's table ends with a '+----+' border line: a table without it was cut, and its missing blocks may
+    hold failures: what it shows is judged, and the rest is unknown (never 'the tests shown passed')."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    dcgm = diag_from_table(text)
+    dcgm.truncated = not lines or not re.fullmatch(r"\+[-+]+\+", lines[-1].strip()) or None
+    return Snapshot(sources=[origin], dcgm=dcgm)
 
 
 def _strings(value: Any) -> List[str]:

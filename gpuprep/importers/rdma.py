@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import List, Optional
 
+from ..errors import BadInput
 from ..snapshot import RdmaDevice, Snapshot
 
 
@@ -37,6 +38,10 @@ def import_ibstat(text: str, origin: str) -> Snapshot:
         head = block.split("Port ", 1)[0]
         model, firmware = _field(head, "CA type"), _field(head, "Firmware version")
         for number, body in re.findall(r"^\s*Port (\d+):\s*$(.*?)(?=^\s*Port \d+:\s*$|\Z)", block, re.M | re.S):
+            if _field(body, "State") is None or _field(body, "Link layer") is None:
+                # every port ibstat prints has State and Link layer (its last line): a port without them was cut
+                raise BadInput(f"{origin}: cut short in CA '{name}' Port {number} (no State or Link layer): "
+                               "capture the whole ibstat output again")
             ports.append(RdmaDevice(name=name, port=int(number), model=model or None, firmware=firmware or None,
                                     state=_field(body, "State"), phys_state=_field(body, "Physical state"),
                                     rate_gbps=_rate(_field(body, "Rate")), link_layer=_field(body, "Link layer")))

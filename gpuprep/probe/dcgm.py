@@ -1,5 +1,7 @@
 """DCGM on this host, asked only by `check --deep`: `dcgmi diag -r LEVEL -j` and `dcgmi health -c -j`. Levels 2-4 load
-the GPUs for minutes and run only when asked. No dcgmi, or no host engine answering, is information."""
+the GPUs for minutes and run only when asked. No dcgmi installed is information; a dcgmi that exits non-zero (226:
+DCGM_ST_NVVS_ERROR), hangs, or answers something that is no report failed, and says so: a tool that failed is not
+a tool that found nothing."""
 from __future__ import annotations
 
 import json
@@ -13,18 +15,20 @@ LEVEL_SECONDS = {1: 300, 2: 1200, 3: 3600, 4: 3 * 3600}     # far above what eac
 
 
 def _dcgmi(*args: str, timeout: float):
-    """(JSON document or None, why not)."""
+    """(JSON document or None, why dcgmi failed or None)."""
     try:
         done = subprocess.run(["dcgmi", *args], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, f"dcgmi {args[0]} did not finish in {timeout:.0f} s"
     except OSError as exc:
         return None, f"dcgmi could not run ({exc.strerror or exc})"
+    said = (done.stderr or done.stdout).strip().splitlines()
     try:
-        return json.loads(done.stdout), None
+        data = json.loads(done.stdout)
     except (ValueError, RecursionError):
-        said = (done.stderr or done.stdout).strip().splitlines()
         return None, f"dcgmi {args[0]} answered no report ({said[-1][:160] if said else f'exit {done.returncode}'})"
+    return data, (f"dcgmi {args[0]} exited {done.returncode}" + (" (DCGM_ST_NVVS_ERROR: the diagnostic itself "
+                  "failed)" if done.returncode == 226 else "") if done.returncode else None)
 
 
 def probe_dcgm(level: int = 1) -> Dcgm:
@@ -32,12 +36,12 @@ def probe_dcgm(level: int = 1) -> Dcgm:
         return Dcgm(missing="dcgmi is not installed")
     data, why = _dcgmi("diag", "-r", str(level), "-j", timeout=LEVEL_SECONDS[level])
     if data is None:
-        return Dcgm(missing=why)
+        return Dcgm(failed=why, level=level)
     try:
         result = diag_from_json(data)
     except (ValueError, RecursionError) as exc:
-        return Dcgm(missing=f"dcgmi diag's report could not be read ({exc})")
-    result.level = level
+        return Dcgm(failed=f"dcgmi diag's report could not be read ({exc})", level=level)
+    result.level, result.failed = level, why
     health, _ = _dcgmi("health", "-c", "-j", timeout=60)
     if isinstance(health, dict):
         try:

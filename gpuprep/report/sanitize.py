@@ -56,6 +56,7 @@ def terminal_line(line: str) -> str:
     return "".join(part if _OWN_COLOUR.fullmatch(part) else text_safe(part) for part in _OWN_COLOUR.split(line))
 
 
-# the text report is made safe line by line in its Writer (terminal.py), which every text output goes through
+# the text report's document is made text_safe before the Writer adds its own colour (so an ESC[8m in a GPU name is
+# shown as \x1b[8m and hides nothing); the Writer's line-by-line terminal_line stays as the second guard
 CLEANERS = {"junit": xml_safe, "html": unicode_safe, "prometheus": unicode_safe,
-            "json": unicode_safe}
+            "json": unicode_safe, "text": text_safe}

@@ -80,10 +80,17 @@ def gpu_subject(gpu: Gpu) -> str:
 
 
 def gpu_ref(gpu: Gpu) -> str:
-    """What `nvidia-smi -i` takes for this GPU: its index, else its bus id."""
+    """What `nvidia-smi -i` takes for this GPU, ready for a command line: its index, else its bus id (the node's
+    words, shell-quoted: copying a remedy must never run what a node chose to call its GPU)."""
     if gpu.index is not None:
         return str(gpu.index)
-    return gpu.pci_bus_id or "<gpu>"
+    return shell_word(gpu.pci_bus_id) if gpu.pci_bus_id else "<gpu>"
+
+
+def shell_word(text: str) -> str:
+    """`text` as one shell word (shlex.quote): node-supplied names placed in a remedy's command."""
+    import shlex
+    return shlex.quote(text)
 
 
 def _load_areas() -> None:

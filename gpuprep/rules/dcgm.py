@@ -31,9 +31,12 @@ def diag(snap, ctx):
     if dcgm.missing:
         return [Finding("dcgm.diag", "info", host(snap), f"DCGM diagnostics not run: {dcgm.missing}",
                         {"reason": dcgm.missing})]
+    findings = [f for f in (_test_finding(t, dcgm) for t in dcgm.tests or []) if f]
+    incomplete = _incomplete(snap, dcgm)
+    if incomplete:
+        return findings + [incomplete]
     if dcgm.tests is None:
         return []
-    findings = [f for f in (_test_finding(t, dcgm) for t in dcgm.tests) if f]
     ran = [t for t in dcgm.tests if t.status == "Pass"]
     evidence = {"dcgm_version": dcgm.version, "level": dcgm.level,
                 "skipped": [t.name for t in dcgm.tests if t.status == "Skip"]}
@@ -44,6 +47,19 @@ def diag(snap, ctx):
                         source="dcgmi diag")]
     return [Finding("dcgm.diag", "pass", host(snap), f"DCGM diagnostics: {len(ran)} tests passed", evidence,
                     source="dcgmi diag")]
+
+
+def _incomplete(snap, dcgm):
+    """DCGM that failed (a non-zero exit, a hang, no report) or a report cut short: a warning, and the tests it did
+    not report are unknown, never passed."""
+    why = dcgm.failed or ("the captured dcgmi diag table is cut short" if dcgm.truncated else None)
+    if not why or any(t.status == "Fail" for t in dcgm.tests or []):
+        return None         # a failed test explains dcgmi's exit (226), and the verdict is a failure already
+    shown = [t.name for t in dcgm.tests or []]
+    return Finding("dcgm.diag", "warn", host(snap), f"DCGM diagnostics did not complete: {why}",
+                   {"reason": why, "tests_reported": shown, "level": dcgm.level},
+                   "Run `dcgmi diag -r 1` by hand and read its error (is nv-hostengine running? `systemctl status "
+                   "nvidia-dcgm`); the tests it did not report are unknown", "dcgmi diag")
 
 
 _HEALTH = {"failure": "fail", "warning": "warn", "healthy": "pass"}

@@ -7,7 +7,7 @@ from collections import Counter, OrderedDict
 from .. import knowledge as kb
 from ..module_utils.gpuprep_nvsmi import THROTTLE_REASONS
 from ..snapshot import normalize_bus_id
-from . import Finding, all_gpus, gpu_ref, gpu_subject, host, rule
+from . import Finding, all_gpus, gpu_ref, gpu_subject, host, rule, shell_word
 
 _XID_SOURCE = "NVIDIA Xid Catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html)"
 _RESOLUTION = {
@@ -107,7 +107,7 @@ def xid(snap, ctx):
         evidence = {"code": code, "count": len(seen), "pci": pci, "last": seen[-1].time,
                     "message": seen[-1].message}
         findings.append(Finding(f"gpu.{kind}", severity, subject, title, evidence,
-                                action.format(index=gpu_ref(gpu) if gpu else (pci or "<gpu>")), source))
+                                action.format(index=gpu_ref(gpu) if gpu else (shell_word(pci) if pci else "<gpu>")), source))
     return findings
 
 

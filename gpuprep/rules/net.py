@@ -7,7 +7,7 @@ import re
 from typing import Dict, Optional
 
 from ..importers.topo import nic_device_name
-from . import Finding, host, rule
+from . import Finding, host, rule, shell_word
 from .topology import RDMA_PREFIXES
 
 def _word(text: Optional[str]) -> str:
@@ -88,7 +88,7 @@ def _remedy_down(port) -> str:
     phys = _word(port.phys_state)
     if phys == "POLLING":
         return ("No link partner answers: check the cable and transceiver, and the switch port (`ibstat`, "
-                "`mlxlink -d " + port.name + "`)")
+                "`mlxlink -d " + shell_word(port.name) + "`)")
     if phys == "DISABLED":
         return "The port is administratively disabled: enable it (`mlxconfig`/switch), or take it out of NCCL_IB_HCA"
     if phys == "LINKUP":
