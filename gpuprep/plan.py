@@ -235,19 +235,17 @@ def _gpus(snap: Snapshot) -> Dict[int, Optional[str]]:
 
 
 def visible_gpus(spec: Optional[str], snap: Snapshot) -> Optional[List[int]]:
-    """CUDA_VISIBLE_DEVICES as nvidia-smi indices, in CUDA's order (local rank i drives the i-th): whole numbers
-    or GPU UUIDs (Slurm and Kubernetes set either). None when unset: every GPU."""
+    """CUDA_VISIBLE_DEVICES as nvidia-smi indices, in CUDA's order (local rank i drives the i-th), read as CUDA reads
+    it (importers.values.cuda_visible). None when unset: every GPU. An entry CUDA would stop at is said, not
+    skipped: BadInput naming it."""
+    from .importers.values import cuda_visible, cuda_visible_problem
     if spec is None:
         return None
     by_uuid = {g.uuid: g.index for g in snap.gpus or [] if g.uuid and g.index is not None}
-    gpus: List[int] = []
-    for item in (part.strip() for part in spec.split(",")):
-        if re.fullmatch(r"[0-9]+", item):
-            gpus.append(int(item))
-        elif item in by_uuid or "GPU-" + item in by_uuid:
-            gpus.append(by_uuid.get(item, by_uuid.get("GPU-" + item)))
-        elif item:
-            raise BadInput(f"CUDA_VISIBLE_DEVICES={spec!r}: {item!r} is neither a GPU index nor a UUID of this host")
+    gpus = cuda_visible(spec, list(_gpus(snap)), by_uuid)
+    problem = cuda_visible_problem(spec, gpus)
+    if problem:
+        raise BadInput(f"CUDA_VISIBLE_DEVICES={spec!r}: {problem}")
     return gpus
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuprep.errors import BadInput
+
 from conftest import corpus, run_cli
 from gpuprep.importers import import_files
 from gpuprep.plan import make_plan
@@ -210,3 +212,22 @@ def test_a_cpu_limited_container_divides_only_the_cpus_it_may_use():
 def test_cpu_ranks_beyond_the_cpus_are_bad_input():
     done = run_cli("plan", "--from", corpus("asus-esc8000a-e12-4x-rtx6000ada.lscpu.txt"), "--nproc-per-node", "200")
     assert done.returncode == 2 and "would get none" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("spec, sees", [("0,0", []), ("0,,1", [0]), ("1,9,0", [1]), ("3,1", [3, 1]), (" 2 , 0", [2, 0])])
+def test_cuda_visible_devices_is_read_as_cuda_reads_it(spec, sees):
+    """'0,0' hides every GPU from CUDA yet got a plan; '0,,1' got a rank on GPU 1 where CUDA sees GPU 0 only."""
+    from gpuprep.importers.values import cuda_visible
+    from gpuprep.plan import visible_gpus
+    from gpuprep.snapshot import Gpu, Snapshot
+    assert cuda_visible(spec, [0, 1, 2, 3]) == sees
+    snap = Snapshot(gpus=[Gpu(index=i, uuid=f"GPU-{i}aaa") for i in range(4)])
+    if len(sees) == len(spec.split(",")):
+        assert visible_gpus(spec, snap) == sees
+    else:
+        with pytest.raises(BadInput, match="CUDA_VISIBLE_DEVICES"):
+            visible_gpus(spec, snap)
+    snap.env = {"CUDA_VISIBLE_DEVICES": spec}
+    from gpuprep.rules import evaluate
+    (finding,) = [f for f in evaluate(snap) if f.id == "env.cuda-visible-devices"]
+    assert (finding.severity == "fail") == (len(sees) < len(spec.split(",")))

@@ -1,6 +1,7 @@
 """env.*: NCCL/OpenMP/CUDA variables that point at nothing or oversubscribe the host."""
 from __future__ import annotations
 
+from ..importers.values import cuda_visible, cuda_visible_problem
 from . import Finding, host, rule
 
 
@@ -81,16 +82,15 @@ def visible_devices(snap, ctx):
     if spec is None or snap.gpus is None:
         return []
     gpus = snap.gpus
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    known = {str(g.index) for g in gpus} | {g.uuid for g in gpus if g.uuid}
-    missing = [n for n in names if n not in known and not any(g.uuid and g.uuid.startswith(n) for g in gpus)]
-    evidence = {"CUDA_VISIBLE_DEVICES": spec, "gpus": len(gpus)}
-    if missing:
-        return [Finding("env.cuda-visible-devices", "fail", host(snap),
-                        f"CUDA_VISIBLE_DEVICES names missing GPUs: {', '.join(missing)}", evidence,
-                        "Fix or unset CUDA_VISIBLE_DEVICES")]
-    if len(names) < len(gpus):
+    indices = [g.index for g in gpus if g.index is not None]
+    seen = cuda_visible(spec, indices, {g.uuid: g.index for g in gpus if g.uuid and g.index is not None})
+    evidence = {"CUDA_VISIBLE_DEVICES": spec, "gpus": len(gpus), "cuda_sees": seen}
+    why = cuda_visible_problem(spec, seen)
+    if why:
+        return [Finding("env.cuda-visible-devices", "fail", host(snap), f"CUDA_VISIBLE_DEVICES: {why}", evidence,
+                        "Fix or unset CUDA_VISIBLE_DEVICES (comma-separated indices or UUIDs, each once, no gaps)")]
+    if len(seen) < len(gpus):
         return [Finding("env.cuda-visible-devices", "info", host(snap),
-                        f"CUDA_VISIBLE_DEVICES hides {len(gpus) - len(names)} of {len(gpus)} GPUs", evidence,
+                        f"CUDA_VISIBLE_DEVICES hides {len(gpus) - len(seen)} of {len(gpus)} GPUs", evidence,
                         "Unset it if jobs should see every GPU")]
     return [Finding("env.cuda-visible-devices", "pass", host(snap), "CUDA_VISIBLE_DEVICES names every GPU")]
