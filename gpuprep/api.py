@@ -45,8 +45,13 @@ def snapshot(sources: Sequence[str] = (), *, root: str = "/", docker: bool = Tru
     """This host's facts, or the facts in captures of one host (`sources`: nvidia-smi, topo -m, numactl, lscpu,
     kernel logs, snapshots; sniffed by content). `deep` also starts containers (the GPU smoke test) and runs DCGM's
     diagnostics at `dcgm_level` (1 by default; 2-4 load the GPUs for minutes) where DCGM is installed."""
-    if dcgm_level not in (1, 2, 3, 4):
-        raise bad_argument("dcgm_level", f"{dcgm_level}: DCGM's levels are 1 to 4")
+    from . import arguments as a
+    a.texts("sources", sources)
+    a.text("root", root, optional=False)
+    for name, value in (("docker", docker), ("deep", deep), ("allow_mixed", allow_mixed)):
+        a.flag(name, value)
+    if dcgm_level not in (1, 2, 3, 4) or isinstance(dcgm_level, bool):
+        raise bad_argument("dcgm_level", f"{dcgm_level!r}: DCGM's levels are 1 to 4")
     if deep and (sources or not docker):
         raise BadInput("the deep checks start containers on this host: not with captures, nor without Docker")
     if sources:
@@ -69,7 +74,13 @@ def check(sources: Sequence[str] = (), *, facts: Optional[Snapshot] = None, prof
           docker: bool = True, deep: bool = False, allow_mixed: bool = False, dcgm_level: int = 1) -> CheckResult:
     """Judge one host: `facts` if given, else `sources` (captures), else this host. `skip`/`only` take check ids
     or areas (gpu, driver, ...); what they remove is returned as `waived`, never dropped silently."""
+    from . import arguments as a
     from .rules import Context, check_filters, judge_all, select
+    a.texts("sources", sources), a.texts("skip", skip), a.texts("only", only)
+    a.text("profile_name", profile_name)
+    a.flag("require_gpu", require_gpu)
+    if facts is not None and not isinstance(facts, Snapshot):
+        raise bad_argument("facts", "must be a Snapshot (api.snapshot())")
     check_filters(skip, only)
     context = Context(profile=profile(profile_name), require_gpu=require_gpu)
     snap = facts if facts is not None else snapshot(sources, root=root, docker=docker, deep=deep,
@@ -82,7 +93,14 @@ def plan(facts: Optional[Snapshot] = None, *, sources: Sequence[str] = (), ranks
          mode: str = "exclusive", visible: Optional[str] = None, allowed: Optional[Set[int]] = None):
     """A per-rank launch plan (plan.LaunchPlan) for `facts`, captures, or this host. `visible` is
     CUDA_VISIBLE_DEVICES as written (indexes or UUIDs); `allowed` the CPUs the job may use."""
-    from .plan import make_plan, visible_gpus
+    from . import arguments as a
+    from .plan import MODES, make_plan, visible_gpus
+    a.texts("sources", sources)
+    a.whole("ranks", ranks, minimum=1, optional=True)
+    a.choice("mode", mode, MODES)
+    a.text("visible", visible)
+    if facts is not None and not isinstance(facts, Snapshot):
+        raise bad_argument("facts", "must be a Snapshot (api.snapshot())")
     if facts is None and sources:
         from .importers import import_files
         facts = import_files(list(sources), allow_mixed=True)
@@ -132,7 +150,16 @@ def _playbook(playbook: str, inventory: Optional[str], *, local: bool, limit: Op
               variables: Optional[Dict[str, Any]], internal: Dict[str, Any], tags: Sequence[str],
               skip_tags: Sequence[str], check: bool, diff: bool, mitogen: bool, verbosity: int,
               timeout: Optional[int], connection, on_update, on_output) -> ApplyResult:
+    from . import arguments as a
     from .ansible.runner import ApplyRequest, run
+    a.text("inventory", inventory), a.text("limit", limit)
+    a.whole("forks", forks, minimum=1, optional=True)
+    a.mapping("variables", variables)
+    a.texts("tags", tags), a.texts("skip_tags", skip_tags)
+    for name, value in (("local", local), ("check", check), ("diff", diff), ("mitogen", mitogen)):
+        a.flag(name, value)
+    a.whole("verbosity", verbosity, minimum=0, maximum=6)
+    a.whole("timeout", timeout, minimum=1, optional=True)
     if local and inventory:
         raise BadInput(lambda name: f"give either {name('inventory')} INVENTORY or {name('local')}, not both")
     request = ApplyRequest(playbook=playbook, inventory=inventory, limit=limit, local=local, forks=forks,
@@ -150,6 +177,8 @@ def apply(inventory: Optional[str] = None, *, local: bool = False, limit: Option
     """Run the roles (every one, or `tags`) on the inventory's hosts, or this machine with `local`. `variables`
     are role variables (secret: redacted from every record); `check`/`diff` change nothing and show what would
     change; `full` runs every task even in roles whose host still holds their last full run's result."""
+    from . import arguments as a
+    a.flag("full", full), a.texts("tags", tags), a.mapping("variables", variables)
     internal: Dict[str, Any] = {"gpuprep_fast_rerun": False} if full else {}
     for role in PROBE_ROLES:     # roles that install this very gpuprep's probe on the node
         if role in tags and f"{role}_pyz" not in (variables or {}):
@@ -166,9 +195,10 @@ def revert(inventory: Optional[str] = None, *, local: bool = False, limit: Optio
            mitogen: bool = True, verbosity: int = 0, timeout: Optional[int] = None, connection=None,
            on_update=None, on_output=None) -> ApplyResult:
     """Put back what apply recorded, for every role or the roles in `tags`."""
+    from . import arguments as a
     from .ansible.runner import role_names
     roles = role_names()
-    unknown = [t for t in tags if t not in roles]
+    unknown = [t for t in a.texts("tags", tags) if t not in roles]
     if unknown:
         raise bad_argument("tags", f"{', '.join(unknown)}: unknown role(s) (roles: {', '.join(roles)})")
     return _playbook("revert.yml", inventory, local=local, limit=limit, forks=forks, variables=variables,
@@ -216,8 +246,15 @@ def burnin(seconds: float = 60.0, *, ranks: Optional[int] = None, backend: str =
     memory, and judge the ranks together. With `inventory`, on every host of it (the first is the rendezvous);
     with `nnodes` > 1, this host is node `node_rank` of a run whose rendezvous is `master` (HOST:PORT).
     `on_start(backend, ranks_per_node)` is called once the run is about to start on this host."""
+    from . import arguments as a
     from .burnin import launch, torch_problem
     from .burnin.judge import judge
+    a.seconds("seconds", seconds)
+    a.whole("ranks", ranks, minimum=1, optional=True)
+    a.choice("backend", backend, ("auto", "nccl", "gloo"))
+    a.whole("nnodes", nnodes, minimum=1), a.whole("node_rank", node_rank, minimum=0)
+    a.seconds("rdzv_timeout", rdzv_timeout)
+    a.text("master", master), a.text("inventory", inventory)
     if node_rank >= nnodes:
         raise bad_argument("node_rank", lambda name: f"{node_rank} must be below {name('nnodes')} {nnodes}")
     if nnodes > 1 and not master:

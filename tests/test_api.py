@@ -88,3 +88,32 @@ def test_the_exit_table_maps_every_ending_once():
     assert exit_for(KeyboardInterrupt(), FLAGS, EXITS)[:2] == (130, "interrupted")
     code, message, debug = exit_for(ZeroDivisionError("x"), FLAGS, EXITS)
     assert code == 1 and message.startswith("internal error: ZeroDivisionError") and debug
+
+
+@pytest.mark.parametrize("call, argument", [
+    (lambda: api.check(sources="nvidia-smi.txt"), "sources"),           # one string: split into letters before
+    (lambda: api.check(sources=[0]), "sources"),                         # read the caller's stdin and closed it
+    (lambda: api.check(skip="gpu"), "skip"),
+    (lambda: api.check(require_gpu="yes"), "require_gpu"),
+    (lambda: api.snapshot(sources=[b"x"]), "sources"),
+    (lambda: api.snapshot(dcgm_level=True), "dcgm_level"),
+    (lambda: api.plan(ranks=0), "ranks"),
+    (lambda: api.plan(mode="fast"), "mode"),
+    (lambda: api.apply(tags="nccl_env"), "tags"),
+    (lambda: api.apply(forks="ten"), "forks"),
+    (lambda: api.apply(timeout=-5), "timeout"),
+    (lambda: api.apply(verbosity="vv"), "verbosity"),
+    (lambda: api.apply(variables=["a"]), "variables"),
+    (lambda: api.revert(tags="nccl_env"), "tags"),
+    (lambda: api.burnin(-1), "seconds"),
+    (lambda: api.burnin(float("inf")), "seconds"),
+    (lambda: api.burnin(5, backend="mpi"), "backend"),                   # started workers it left running
+    (lambda: api.burnin(5, ranks=0), "ranks"),
+    (lambda: api.diagnose("trace.json"), "paths"),
+])
+def test_the_api_names_the_wrong_argument_before_anything_starts(call, argument):
+    """Checked at the entry, before torch is looked for, a file read or a run started (these pass on a machine
+    without torch: the old burn-in checked torch first)."""
+    with pytest.raises(BadInput) as caught:
+        call()
+    assert caught.value.argument == argument, caught.value
