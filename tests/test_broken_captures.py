@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import CORPUS, run_cli
+from gpuprep.importers import import_files
 
 DATA = Path(__file__).parent / "data" / "broken"
 HOST = "host"          # the capture names no GPU: the finding is the host's (or an unnamed GPU's)
@@ -120,3 +121,35 @@ def test_a_pasted_excerpt_keeps_its_meaning_through_annotations_and_lost_indenta
         doc = json.loads(run_cli("check", "--json", "--from", str(path)).stdout)
         fails = [f for f in doc["findings"] if f["severity"] == "fail"]
         assert [(f["id"], f["evidence"]["pending"]) for f in fails] == [("gpu.row-remap", True)], variant
+
+
+@pytest.mark.parametrize("prefix", ["", "[ 1234.567891] ", "Nov 26 21:00:01 node1 kernel: "])
+def test_the_kernels_three_line_fallen_off_the_bus_message_alone_fails(prefix, tmp_path):
+    """As monitoring tools' tests carry it (no Xid, often no timestamps): it was refused as an unrecognised file."""
+    log = tmp_path / "kern.log"
+    log.write_text(f"{prefix}NVRM: The NVIDIA GPU 0000:3b:00.0\n"
+                   f"{prefix}NVRM: (PCI ID: 10de:2330) installed in this system has\n"
+                   f"{prefix}NVRM: fallen off the bus and is not responding to commands.\n")
+    (xid,) = import_files([str(log)]).xids
+    assert (xid.code, xid.pci) == (79, "0000:3b:00")
+    done = run_cli("npd", "--from", str(log))
+    assert done.returncode == 1 and done.stdout.startswith("gpu.xid PCI 0000:3b:00"), done.stdout
+
+
+def test_a_driver_610_table_header_gives_the_driver_version(tmp_path):
+    """Driver 610 prints `KMD Version` and `CUDA UMD Version`: no driver version meant Fabric Manager's version was
+    never compared with it."""
+    table = tmp_path / "smi.txt"
+    lines = (CORPUS / "h100-sxm-x8.nvidia-smi.txt").read_text().splitlines(keepends=True)
+    lines[1] = "| NVIDIA-SMI 610.57.04              KMD Version: 610.57.04      CUDA UMD Version: 13.3  |\n"
+    table.write_text("".join(lines))
+    snap = import_files([str(table)])
+    assert (snap.software.driver_version, snap.software.cuda_driver_version) == ("610.57.04", "13.3")
+
+
+def test_err_in_the_fan_column_keeps_the_gpu_and_says_so(tmp_path):
+    table = tmp_path / "smi.txt"
+    text = (CORPUS / "h100-sxm-x8.nvidia-smi.txt").read_text()
+    table.write_text(text.replace("| N/A   30C    P0            100W /  700W |", "| ERR!  30C    P0           ERR! /  700W |", 1))
+    snap = import_files([str(table)])
+    assert len(snap.gpus) == 8 and snap.gpus[0].unreadable == ["fan = ERR!", "power draw = ERR!"]

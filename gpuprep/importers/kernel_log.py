@@ -54,9 +54,16 @@ def looks_like_kernel_log(text: str) -> bool:
                 or any(pattern.search(text) for _, pattern, _ in KERNEL_EVENTS))
 
 
+# the kernel's own three-line message, each line "NVRM: ..." (with or without a time prefix), as monitoring tools'
+# tests carry it: "The NVIDIA GPU <bus id>" / "(PCI ID: ...) installed in this system has" / "fallen off the bus ..."
+_OFF_BUS_LINES = re.compile(r"(NVRM: The NVIDIA GPU [^\n]*?)[ \t]*\n[^\n]*?NVRM: (\(PCI ID:[^\n]*?)[ \t]*\n[^\n]*?NVRM: "
+                            r"(fallen off the bus[^\n]*)")
+
+
 def _joined(text: str) -> str:
-    """NVRM's continuation lines (indented, no timestamp) joined to the line they continue."""
-    return _CONTINUATION.sub(" ", text)
+    """NVRM's continuation lines (indented, no timestamp) joined to the line they continue, and the kernel's
+    three-line fallen-off-the-bus message joined into one."""
+    return _OFF_BUS_LINES.sub(r"\1 \2 \3", _CONTINUATION.sub(" ", text))
 
 
 def _bus(text: str) -> Optional[str]:

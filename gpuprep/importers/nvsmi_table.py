@@ -7,7 +7,8 @@ from typing import List, Optional
 from ..snapshot import Gpu, NvmlStatus, Snapshot
 from . import values as v
 
-_HEADER = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s+(\S+)\s+CUDA Version:\s+(\S+)")
+# driver 610 renames the header's fields: "NVIDIA-SMI 610.57.04  KMD Version: 610.57.04  CUDA UMD Version: 13.3"
+_HEADER = re.compile(r"NVIDIA-SMI\s+(\S+)\s+(?:Driver|KMD) Version:\s+(\S+)\s+CUDA (?:UMD )?Version:\s+(\S+)")
 _ROW1 = re.compile(
     r"^\|\s+(\d+)\s+(.+?)\s+(On|Off|ERR!|N/A)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])"
     r"\s+(\S+)\s*\|\s*(.*?)\s*\|\s*$")

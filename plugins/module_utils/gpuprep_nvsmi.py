@@ -375,8 +375,9 @@ def parse_text(text: str) -> Tuple[Dict[str, Optional[str]], List[Tuple[Optional
     """(driver/CUDA header, [(bus id, fields)]) of a `-q` text report. An excerpt without a 'GPU <bus id>'
     line whose fields belong to a GPU (a pasted 'Remapped Rows' block) is one GPU of unknown bus id."""
     header, blocks = split_text_gpus(text)
-    top = {"driver_version": known(_get(header, ("Driver Version",))),
-           "cuda_version": known(_get(header, ("CUDA Version",))),
+    # driver 610 words them "KMD Version" and "CUDA UMD Version"
+    top = {"driver_version": known(_get(header, ("Driver Version",)) or _get(header, ("KMD Version",))),
+           "cuda_version": known(_get(header, ("CUDA Version",)) or _get(header, ("CUDA UMD Version",))),
            "attached_gpus": integer(_get(header, ("Attached GPUs",)))}
     if not blocks and GPU_SECTIONS & set(header):
         blocks = [(None, header)]
