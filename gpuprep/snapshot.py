@@ -565,10 +565,28 @@ def merge(base: Snapshot, extra: Snapshot) -> Snapshot:
     out = _merge_value(base, extra)
     out.sources = base.sources + [s for s in extra.sources if s not in base.sources]
     out.gpus = _merge_gpus(base.gpus, extra.gpus)
+    out.rdma_devices = _merge_ports(base.rdma_devices, extra.rdma_devices)
     if base.xids is not None or extra.xids is not None:
         # the same kernel-log line given twice (two overlapping pastes) is one event
         out.xids = list({dataclasses.astuple(x): x for x in (base.xids or []) + (extra.xids or [])}.values())
     return out
+
+
+def _merge_ports(base: Optional[List[RdmaDevice]], extra: Optional[List[RdmaDevice]]) -> Optional[List[RdmaDevice]]:
+    """Two RDMA captures of one host (ibstatus with ibdev2netdev, ibv_devinfo -v with either): the same port (device
+    and port number; a port-less entry goes to the device's only port) is one port with the fields of both, and
+    every port of either is kept."""
+    if base is None or extra is None:
+        return base if extra is None else extra
+    merged = list(base)
+    for port in extra:
+        same = [i for i, p in enumerate(merged) if p.name == port.name and
+                (p.port == port.port or None in (p.port, port.port))]
+        if len(same) == 1:
+            merged[same[0]] = _merge_value(merged[same[0]], port)
+        else:
+            merged.append(port)
+    return merged
 
 
 def mixed_hosts(base: Snapshot, extra: Snapshot) -> Optional[str]:

@@ -236,3 +236,17 @@ def test_an_ibstat_cut_inside_a_port_is_refused_not_a_port_fewer(tmp_path):
         cut.write_text("".join(lines[:keep]))
         with pytest.raises(BadInput, match="cut short in CA"):
             import_files([str(cut)])
+
+
+def test_two_rdma_captures_of_one_host_combine_port_by_port():
+    """ibstatus with ibdev2netdev: only the first file's ports were kept and the second's fields dropped."""
+    from gpuprep.importers import import_files
+    status = str(RDMA / "gpud-a100-hdr-all-active.ibstatus.txt")
+    netdevs = str(RDMA / "ib-sriov-cni-readme-cx4-ib0up-ib1down.ibdev2netdev.txt")
+    alone = import_files([status]).rdma_devices
+    for order in ([status, netdevs], [netdevs, status]):
+        ports = {(p.name, p.port): p for p in import_files(order).rdma_devices}
+        assert len(ports) == len(alone)
+        assert (ports[("mlx5_0", 1)].netdev, ports[("mlx5_0", 1)].netdev_up) == ("ib0", True)
+        assert (ports[("mlx5_1", 1)].netdev, ports[("mlx5_1", 1)].netdev_up) == ("ib1", False)
+        assert ports[("mlx5_0", 1)].rate_gbps == 200 and ports[("mlx5_1", 1)].link_layer == "InfiniBand"
