@@ -57,8 +57,27 @@ def looks_like_xml(text: str) -> bool:
 _PASTE_NOISE = re.compile(r"^(?:[#$] .*nvidia-smi.*|--)\s*$\n?", re.M)
 
 
+_GPU_BLOCK = re.compile(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]\s*$", re.M)
+_PROCESSES = re.compile(r"^\s+Processes\b", re.M)
+
+
+def _cut_short(text: str) -> bool:
+    """A whole `-q` report ends every GPU's block with its Processes section (then, on newer drivers, a few more
+    lines); where the first block has it and the last does not, the report was cut inside its last GPU (a `-d`
+    filtered report has it in no block)."""
+    starts = [m.start() for m in _GPU_BLOCK.finditer(text)]
+    if len(starts) < 2:
+        return False
+    first, last = text[starts[0]:starts[1]], text[starts[-1]:]
+    return bool(_PROCESSES.search(first)) and not _PROCESSES.search(last)
+
+
 def import_text(text: str, origin: str) -> Snapshot:
-    header, blocks = nvsmi.parse_text(_PASTE_NOISE.sub("", text))
+    text = _PASTE_NOISE.sub("", text)
+    if _cut_short(text):
+        raise BadInput(f"{origin}: nvidia-smi -q is cut short inside its last GPU (no Processes section): "
+                       "capture the whole report again")
+    header, blocks = nvsmi.parse_text(text)
     snap = Snapshot(sources=[origin])
     snap.software.driver_version = header["driver_version"]
     snap.software.cuda_driver_version = header["cuda_version"]

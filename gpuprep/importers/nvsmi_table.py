@@ -19,6 +19,7 @@ _ROW1_CELLS = (None, "name", "persistence mode", "bus id", "display active", "vo
 _ROW2_CELLS = ("fan", "temperature", "performance state", "power draw", "power limit", "memory used",
                "memory total", "utilization", "compute mode")
 ERR = "ERR!"
+_PROCESSES = re.compile(r"^\|\s*Processes:", re.M)
 
 # What nvidia-smi prints when NVML cannot start, mapped to gpuprep's reason codes.
 _FAILURES = [
@@ -131,6 +132,25 @@ def _gpu_rows(lines: List[str]) -> List[Gpu]:
     return gpus
 
 
+def _cut_short(text: str, has_header: bool, gpus: List[Gpu]) -> Optional[str]:
+    """How a table was cut, or None. nvidia-smi prints "No devices were found" when there are none; each GPU is
+    three rows; the Processes table, where it was pasted, ends with a border line."""
+    if has_header and not gpus:
+        return "ends before its GPU rows"
+    if gpus and gpus[-1].temperature_c is None and gpus[-1].memory_total_mib is None and \
+            not any(u.startswith(("temperature", "memory")) for u in gpus[-1].unreadable or []):
+        return "ends inside its last GPU's rows"
+    if len(gpus) > 1 and gpus[0].mig_mode_current is not None and gpus[-1].mig_mode_current is None and \
+            f"MIG mode = {ERR}" not in (gpus[-1].unreadable or []):
+        return "ends before its last GPU's third row"      # tables with a MIG M. column give it to every GPU
+    processes = _PROCESSES.search(text)
+    if processes:
+        last = [line for line in text[processes.start():].splitlines() if line.strip()][-1].strip()
+        if not re.fullmatch(r"\+-+\+", last):
+            return "ends inside its Processes table"
+    return None
+
+
 def import_table(text: str, origin: str) -> Snapshot:
     """The table, with or without its header (a pasted part of it); ERR! in a cell is the GPU failing to
     report that value."""
@@ -141,10 +161,10 @@ def import_table(text: str, origin: str) -> Snapshot:
         snap.software.cuda_driver_version = v.known(header.group(3))
         snap.nvml = NvmlStatus(available=True)
     gpus = _gpu_rows([line.rstrip() for line in text.splitlines()])
-    if header and not gpus:
-        # nvidia-smi prints "No devices were found" when there are none: a header without rows is a cut capture,
-        # and judging it would pass a host whose GPUs nobody saw
+    problem = _cut_short(text, header is not None, gpus)
+    if problem:
+        # judging a cut table would pass a host whose GPUs (or some of them) nobody saw
         from ..errors import BadInput
-        raise BadInput(f"{origin}: the nvidia-smi table ends before its GPU rows (cut short?); capture it whole")
+        raise BadInput(f"{origin}: the nvidia-smi table {problem} (cut short?); capture it whole")
     snap.gpus = gpus
     return snap

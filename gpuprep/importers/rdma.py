@@ -37,7 +37,12 @@ def import_ibstat(text: str, origin: str) -> Snapshot:
         name = re.match(r"CA '([^']+)'", block).group(1)
         head = block.split("Port ", 1)[0]
         model, firmware = _field(head, "CA type"), _field(head, "Firmware version")
-        for number, body in re.findall(r"^\s*Port (\d+):\s*$(.*?)(?=^\s*Port \d+:\s*$|\Z)", block, re.M | re.S):
+        found = re.findall(r"^\s*Port (\d+):\s*$(.*?)(?=^\s*Port \d+:\s*$|\Z)", block, re.M | re.S)
+        said = _field(head, "Number of ports")
+        if said is None or not said.isdigit() or int(said) > len(found):
+            raise BadInput(f"{origin}: cut short in CA '{name}' ({len(found)} of {said or 'its'} ports shown): "
+                           "capture the whole ibstat output again")
+        for number, body in found:
             if _field(body, "State") is None or _field(body, "Link layer") is None:
                 # every port ibstat prints has State and Link layer (its last line): a port without them was cut
                 raise BadInput(f"{origin}: cut short in CA '{name}' Port {number} (no State or Link layer): "
