@@ -421,3 +421,16 @@ def test_a_fabric_manager_log_over_the_capture_limit_is_refused_not_read_as_a_ke
         import_files([str(big)])
     done = run_cli("npd", "--from", str(big))
     assert done.returncode == 2 and done.stdout.startswith("gpuprep unknown:"), done.stdout
+
+
+def test_a_pass_through_vm_whose_gpu_completed_registration_needs_no_fabric_manager():
+    """A real single-H200 VM capture reports its fabric registration Completed/Success; with no Fabric Manager in
+    the VM (the host manages the fabric), fabric.manager failed it."""
+    from gpuprep.rules import evaluate
+    snap = import_files([str(CORPUS / "h200.nvidia-smi-q.txt")])
+    assert snap.gpus[0].fabric_state == "Completed" and snap.gpus[0].fabric_status == "Success"
+    snap.fabric_manager.installed = False
+    (finding,) = [f for f in evaluate(snap) if f.id == "fabric.manager"]
+    assert finding.severity == "info"
+    snap.gpus[0].fabric_state, snap.gpus[0].fabric_status = "In Progress", None      # not registered: it needs one
+    assert [f.severity for f in evaluate(snap) if f.id == "fabric.manager"] == ["fail"]

@@ -30,9 +30,22 @@ def nvswitch_system(snap) -> Optional[str]:
     if switches:
         return f"{switches} NVSwitch(es) on the PCIe bus (lspci)"
     gpus = snap.gpus or []
-    if any(g.fabric_state for g in gpus):
-        return "GPUs report an NVLink fabric state"
-    return nvswitch_board(kb.gpu_models(), [g.name for g in gpus])
+    board = nvswitch_board(kb.gpu_models(), [g.name for g in gpus])
+    if board:
+        return board
+    return FABRIC_STATE if any(g.fabric_state for g in gpus) else None
+
+
+FABRIC_STATE = "GPUs report an NVLink fabric state"
+
+
+def registered_elsewhere(snap) -> bool:
+    """Every GPU that reports a fabric is registered (Completed, Success): its fabric is managed outside this OS (a
+    pass-through VM whose host runs Fabric Manager, NVLink switch trays with their own manager), so this host needs
+    no Fabric Manager of its own."""
+    registered = [g for g in snap.gpus or [] if g.fabric_state]
+    return bool(registered) and all(g.fabric_state == "Completed" and g.fabric_status == "Success"
+                                    for g in registered)
 
 
 @rule("fabric.manager")
@@ -46,6 +59,9 @@ def manager_running(snap, ctx):
         return [Finding("fabric.manager", "warn", host(snap), "nvidia-fabricmanager fails on a host without NVSwitches",
                         evidence, "Disable it (`systemctl disable --now nvidia-fabricmanager`): only NVSwitch systems "
                         "need it", _GUIDE)]
+    if why == FABRIC_STATE and fm.state != "failed" and registered_elsewhere(snap):
+        return [Finding("fabric.manager", "info", host(snap), "The GPUs are registered with their NVLink fabric "
+                        "(Completed, Success): no Fabric Manager is needed on this host", evidence, source=_GUIDE)]
     if fm.installed is False and why:
         return [Finding("fabric.manager", "fail", host(snap), f"No Fabric Manager on an NVSwitch system ({why})",
                         evidence, "Install nvidia-fabricmanager of the driver's exact version and start it; until "
