@@ -180,3 +180,30 @@ def test_a_rank_that_trained_no_step_fails_the_run():
     for rank in ranks:
         rank.update(steps=20, step_ms=[9.0] * 20)
     assert [f.id for f in judge(run_of(ranks)) if f.severity == "fail"] == []
+
+
+def test_one_sample_of_hw_slowdown_warns_and_two_fail():
+    """nvml.h: HW Slowdown may be reported during P-state or clock changes; one 1 Hz sample failed the run."""
+    ranks = [gpu_rank(r, 360.0) for r in range(8)]
+    ranks[4] = gpu_rank(4, 360.0, reasons=("hw_slowdown",))
+    ranks[4]["gpu"]["reason_counts"] = {"hw_slowdown": 1, "gpu_idle": 3}
+    (once,) = [f for f in judge(run_of(ranks)) if f.id == "burnin.throttle"]
+    assert once.severity == "warn" and "one sample" in once.title
+    ranks[4]["gpu"]["reason_counts"] = {"hw_slowdown": 2}
+    assert [f.severity for f in judge(run_of(ranks)) if f.id == "burnin.throttle"] == ["fail"]
+
+
+def test_a_pcie_box_busy_all_reducing_is_not_load_low():
+    """8x L40S over PCIe: each step all-reduces 3-9 GB of fp32 gradients (~280 ms) against ~130 ms of compute, so a
+    healthy GPU averages ~55% of its power limit over NVML's 1 s window; only compute time is owed full power."""
+    rank = powered_rank(0, peak_w=190.0, limit_w=350.0)        # 54% of the limit
+    rank.update(compute_ms=[130.0] * 20, step_ms=[410.0] * 20)
+    assert not [f for f in judge(run_of([rank])) if f.id == "burnin.load-low"]
+    rank.update(compute_ms=[130.0] * 20, step_ms=[135.0] * 20)    # NVLink box: the same power is load-low
+    assert [f.id for f in judge(run_of([rank])) if f.id == "burnin.load-low"] == ["burnin.load-low"]
+
+
+def test_one_rank_says_busbw_is_not_applicable():
+    (passed,) = [f for f in judge(RunResult(ranks={0: dict(gpu_rank(0, 0.0), world_size=1)}, world_size=1,
+                                            exit_code=0, timed_out=False, wall_seconds=30)) if f.id == "burnin.pass"]
+    assert "n/a with one rank" in passed.title and "0.00" not in passed.title

@@ -18,6 +18,7 @@ class _Sample:
 class _Gpu:
     failure: Optional[str] = None
     reasons_seen: Optional[List[str]] = None
+    reason_counts: Optional[Dict[str, int]] = None
     training_reasons: Optional[List[str]] = None
     max_temperature_c: Optional[float] = None
     min_sm_clock_mhz: Optional[float] = None

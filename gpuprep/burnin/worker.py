@@ -250,7 +250,8 @@ class _GpuMonitor:
         after = self._read() or {}
         training = [s for s in self.samples if s["phase"] == "training"]
         return {"before": self.before, "after": after, "samples": len(self.samples),
-                "reasons_seen": _reasons(self.samples), "max_temperature_c": _peak(self.samples, "temperature_c"),
+                "reasons_seen": _reasons(self.samples), "reason_counts": _reason_counts(self.samples),
+                "max_temperature_c": _peak(self.samples, "temperature_c"),
                 "max_power_w": _peak(self.samples, "power_draw_w"), "training_samples": len(training),
                 "training_max_power_w": _peak(training, "power_draw_w"), "training_reasons": _reasons(training),
                 "power_limit_w": (self.before or {}).get("power_limit_w"),
@@ -265,6 +266,15 @@ def _peak(samples, key):
 
 def _reasons(samples):
     return sorted({r for s in samples for r in s.get("clock_event_reasons") or []})
+
+
+def _reason_counts(samples):
+    """How many samples reported each clock event reason (one sample of HW Slowdown can be a P-state change)."""
+    counts = {}
+    for sample in samples:
+        for reason in sample.get("clock_event_reasons") or []:
+            counts[reason] = counts.get(reason, 0) + 1
+    return counts
 
 
 def _other_collectives(torch, dist, device, world, max_mib, use_cuda):
