@@ -272,6 +272,9 @@ def burnin(seconds: float = 60.0, *, ranks: Optional[int] = None, backend: str =
         if problem:
             raise BadInput(problem)
         chosen, per_node = burnin_ranks(ranks, backend)
+        if chosen == "nccl":
+            from .burnin import gpu_preflight
+            gpu_preflight()
         if on_start:
             on_start(chosen, per_node)
         run = launch(seconds, per_node, chosen, nnodes=nnodes, node_rank=node_rank, master=master,

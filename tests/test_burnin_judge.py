@@ -207,3 +207,17 @@ def test_one_rank_says_busbw_is_not_applicable():
     (passed,) = [f for f in judge(RunResult(ranks={0: dict(gpu_rank(0, 0.0), world_size=1)}, world_size=1,
                                             exit_code=0, timed_out=False, wall_seconds=30)) if f.id == "burnin.pass"]
     assert "n/a with one rank" in passed.title and "0.00" not in passed.title
+
+
+def test_gpus_a_burn_in_cannot_use_are_named_before_any_rank_starts():
+    """MIG (one MIG device per process: every rank after the first died), a +cpu wheel, or a CUDA 13 wheel on a
+    570 driver killed every rank in set_device, and the report blamed the GPUs."""
+    from gpuprep.burnin import gpu_setup_problem
+    from gpuprep.snapshot import Gpu
+    gpus = [Gpu(index=i) for i in range(8)]
+    assert gpu_setup_problem(gpus, "12.8", ("2.7.0+cu128", "12.8")) is None
+    assert gpu_setup_problem(gpus, "12.4", ("2.7.0+cu128", "12.8")) is None            # minor compatibility
+    assert "CPU build" in gpu_setup_problem(gpus, "12.8", ("2.7.0+cpu", None))
+    assert "newer than this driver runs (CUDA 12.8)" in gpu_setup_problem(gpus, "12.8", ("2.9.0+cu130", "13.0"))
+    gpus[2].mig_mode_current = True
+    assert gpu_setup_problem(gpus, "12.8", ("2.7.0+cu128", "12.8")).startswith("MIG is enabled on GPU 2")

@@ -355,3 +355,16 @@ def test_gpus_of_another_slurm_job_are_not_broken_and_get_no_burn_in_rank(tmp_pa
     (none_opened,) = [f for f in evaluate(Snapshot(gpus=_gpus(nvml_stub.probe_json(everything))))
                       if f.id == "gpu.not-permitted"]
     assert none_opened.severity == "warn"
+
+
+def test_a_gpu_burn_in_that_cannot_run_says_why_before_starting_ranks(tmp_path):
+    """Through nvidia-ml-py and the stand-in: MIG GPUs, and this venv's +cpu torch beside NVIDIA GPUs, stop the
+    burn-in with one line (exit 2) before torchrun, where every rank died and the report blamed the GPUs."""
+    pytest.importorskip("torch")
+    migs = nvml_stub.mig_uuids_of(MIG_LIST)
+    config = _configure(tmp_path, import_files([corpus("a100-sxm4-80gb-mig.nvidia-smi-q.xml")]), mig_uuids=migs)
+    done = nvml_stub.run(config, [sys.executable, "-m", "gpuprep", "burnin", "--duration", "5s"])
+    assert done.returncode == 2 and "MIG is enabled on GPU 0" in done.stderr, done.stderr
+    config = _configure(tmp_path, import_files([corpus(H100)]))
+    done = nvml_stub.run(config, [sys.executable, "-m", "gpuprep", "burnin", "--duration", "5s"])
+    assert done.returncode == 2 and "is a CPU build" in done.stderr, done.stderr

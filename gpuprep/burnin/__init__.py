@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..errors import BadInput, bad_argument
 
@@ -157,10 +157,46 @@ def torch_problem(version: Optional[str] = None) -> Optional[str]:
 
 
 def detect_gpus() -> int:
+    """The GPUs this process may use, one rank each."""
     from ..probe.nvml import probe
     facts = probe()
     # a GPU this process may not open (another Slurm job's, behind the cgroup) gets no rank
     return sum(not gpu.not_permitted for gpu in facts.gpus) if facts.status.available else 0
+
+
+def gpu_preflight() -> None:
+    """BadInput naming why the GPUs cannot take a rank each (gpu_setup_problem), before torchrun starts."""
+    from ..probe.nvml import probe
+    facts = probe()
+    problem = gpu_setup_problem(facts.gpus, facts.cuda_driver_version, _torch_cuda())
+    if problem:
+        raise BadInput(problem)
+
+
+def _torch_cuda() -> Tuple[Optional[str], Optional[str]]:
+    """(torch's version, the CUDA it was built for or None for a CPU build), from its files (no import)."""
+    from ..probe.software import _torch_from_metadata
+    info = _torch_from_metadata()
+    return (info.version, info.cuda) if info else (None, None)
+
+
+def gpu_setup_problem(gpus, driver_cuda: Optional[str], torch: Tuple[Optional[str], Optional[str]]) -> Optional[str]:
+    """Why a GPU burn-in cannot start here, said before any rank dies and the report blames the GPUs: MIG (CUDA
+    enumerates one MIG device per process, so every rank after the first fails), a CPU build of PyTorch, or a
+    PyTorch built for a newer CUDA major than the driver runs (a cu130 wheel on an R550/R570 driver)."""
+    mig = [str(g.index) for g in gpus if g.mig_mode_current]
+    if mig:
+        return (f"MIG is enabled on GPU {', '.join(mig)}: CUDA gives each process one MIG instance, so a rank per GPU "
+                "cannot run; disable MIG for the burn-in (`nvidia-smi -i N -mig 0`, then reset the GPU) or run one "
+                "rank with CUDA_VISIBLE_DEVICES=MIG-<uuid> --nproc 1")
+    version, built = torch
+    if version and not built and any(not g.not_permitted for g in gpus):
+        return (f"PyTorch {version} is a CPU build: install a CUDA wheel that this driver runs (e.g. "
+                "pip install torch --index-url https://download.pytorch.org/whl/cu128), or use --backend gloo")
+    if built and driver_cuda and int(built.split(".")[0]) > int(driver_cuda.split(".")[0]):
+        return (f"PyTorch {version} is built for CUDA {built}, newer than this driver runs (CUDA {driver_cuda}): "
+                f"install a cu{driver_cuda.split('.')[0]}x wheel, or upgrade the driver (`gpuprep compat`)")
+    return None
 
 
 def worker_options(backend: str, collective_timeout: float) -> List[str]:
