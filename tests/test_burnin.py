@@ -174,3 +174,30 @@ def test_burnin_across_an_inventory_of_two_local_nodes(tmp_path):
     doc = json.loads(done.stdout)
     assert doc["nodes"] == 2 and doc["world_size"] == 2 and doc["verdict"] == "pass"
     assert {r["inventory_host"] for r in doc["ranks"]} == {"node-a", "node-b"}
+
+
+@pytest.fixture
+def cpu_hog():
+    """Two busy-looping processes beside the test (the machine has 2 cores): verdicts must not depend on load."""
+    import subprocess
+    import sys
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    yield
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
+
+
+@pytest.mark.slow
+def test_a_burnin_beside_a_cpu_hog_trains_and_passes(cpu_hog):
+    """On a loaded machine the CPU-built model ate the training window: a run of zero steps passed."""
+    run = launch(8, 2, "gloo")
+    findings = judge(run)
+    assert [f.id for f in findings if f.severity == "fail"] == [], run.log_tail
+    assert all(rank["steps"] > 0 for rank in run.ranks.values()) and sorted(run.ranks) == [0, 1]
+
+
+@pytest.mark.slow
+def test_a_killed_rank_is_named_beside_a_cpu_hog(cpu_hog):
+    run = launch(8, 2, "gloo", env={"GPUPREP_BURNIN_TEST_DIE_RANK": "1"})
+    assert [f.subject for f in judge(run) if f.id == "burnin.rank-failed"] == ["rank 1"]
