@@ -24,11 +24,12 @@ class CheckResult:
     snapshot: Snapshot
     findings: List[Finding]
     waived: List[Finding] = field(default_factory=list)
+    profile: Optional[str] = None
 
     @property
     def verdict(self) -> str:
-        """fail, warn, info or pass: the worst finding kept."""
-        return worst(self.findings)
+        """fail, warn, info or pass: the worst finding kept; info when nothing was judged (never pass)."""
+        return worst(self.findings) if self.findings else "info"
 
     @property
     def failed(self) -> List[Finding]:
@@ -37,7 +38,7 @@ class CheckResult:
     def document(self) -> dict:
         """The versioned JSON document `gpuprep check --json` prints."""
         from .report import check_document
-        return check_document(self.snapshot, self.findings, self.waived)
+        return check_document(self.snapshot, self.findings, self.waived, self.profile)
 
 
 def snapshot(sources: Sequence[str] = (), *, root: str = "/", docker: bool = True, deep: bool = False,
@@ -86,7 +87,7 @@ def check(sources: Sequence[str] = (), *, facts: Optional[Snapshot] = None, prof
     snap = facts if facts is not None else snapshot(sources, root=root, docker=docker, deep=deep,
                                                    allow_mixed=allow_mixed, dcgm_level=dcgm_level)
     kept, waived = select(judge_all(snap, context), skip, only)
-    return CheckResult(snap, kept, waived)
+    return CheckResult(snap, kept, waived, profile_name)
 
 
 def plan(facts: Optional[Snapshot] = None, *, sources: Sequence[str] = (), ranks: Optional[int] = None,

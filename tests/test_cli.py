@@ -151,3 +151,39 @@ def test_nccl_env_for_a_snapshot():
     # the lscpu capture: 2 sockets x 32 cores, no SMT; 4 GPUs -> 16 threads each; no RDMA device recorded
     assert done.stdout.splitlines()[2:] == ['MKL_NUM_THREADS="16"', 'NCCL_IB_DISABLE="1"',
                                             'NCCL_SOCKET_IFNAME="=eno1"', 'OMP_NUM_THREADS="16"']
+
+
+def test_the_text_report_says_not_known_where_captures_are_silent():
+    """For captures the JSON says null (not known); the text said "CUDA toolkits: none found", "PyTorch: not
+    installed" as if they had been looked for."""
+    done = run_cli("check", "--from", corpus("h100-sxm-x8.nvidia-smi-q.txt"))
+    assert "CUDA toolkits: not known" in done.stdout and "PyTorch: not known" in done.stdout
+    assert "none found" not in done.stdout and "not installed" not in done.stdout
+
+
+def test_findings_fit_the_terminal_width():
+    done = run_cli("check", "--from", corpus("a100-sxm4-x4.nvidia-smi-q.txt"), env={"COLUMNS": "80"})
+    findings = done.stdout[done.stdout.index("\n["):]          # the findings (the GPU table is a table)
+    assert max(len(line) for line in findings.splitlines()) <= 80
+    assert "remedy:   gpuprep apply --tags gpu_clocks" in findings
+
+
+def test_the_profile_is_named_and_a_gpu_count_it_cannot_see_is_not_ok(tmp_path):
+    """--profile training on a host without GPUs printed the plain output, OK, exit 0 (min_gpus ignored)."""
+    lscpu = corpus("asus-esc8000a-e12-4x-rtx6000ada.lscpu.txt")
+    done = run_cli("check", "--from", lscpu, "--profile", "training", "--json")
+    doc = json.loads(done.stdout)
+    assert doc["profile"] == "training" and ("gpu.count", "warn") in {(f["id"], f["severity"]) for f in doc["findings"]}
+    failed = tmp_path / "smi.txt"
+    failed.write_text("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that "
+                      "the latest NVIDIA driver is installed and running.\n")
+    done = run_cli("check", "--from", str(failed), "--profile", "training")
+    assert done.returncode == 1 and "judged against profile: training" in done.stdout
+    assert "gpu.count" in done.stdout and "0 GPU(s), profile wants at least 2" in done.stdout
+
+
+def test_a_filter_that_checks_nothing_does_not_read_as_ok():
+    lscpu = corpus("asus-esc8000a-e12-4x-rtx6000ada.lscpu.txt")
+    done = run_cli("check", "--from", lscpu, "--only", "gpu")
+    assert done.returncode == 0 and "NOTHING CHECKED" in done.stdout and "OK:" not in done.stdout
+    assert json.loads(run_cli("check", "--from", lscpu, "--only", "gpu", "--json").stdout)["verdict"] == "info"

@@ -23,12 +23,12 @@ def probe_software(root: Root) -> Software:
     flavor, version = module_flavor(proc_version)
     software.kernel_module_flavor = flavor
     software.kernel_module_version = version or root.first_line("/sys/module/nvidia/version")
-    software.cuda_toolkits = _toolkits(root) or None
+    software.cuda_toolkits = _toolkits(root)     # [] is a reading (none here); captures leave None (unknown)
     software.cudnn_version = _header_version(root, "cudnn_version.h", "CUDNN") or \
         _header_version(root, "cudnn.h", "CUDNN")
     software.nccl_version = _header_version(root, "nccl.h", "NCCL")
     if root.live:
-        software.torch = _torch_from_metadata()
+        software.torch = _torch_from_metadata() or TorchInfo()      # no version: looked for, not installed
         if software.nccl_version is None:
             for major in (13, 12, 11):
                 version = _dist_version(f"nvidia-nccl-cu{major}")

@@ -39,11 +39,14 @@ def _waived(waived: List[Finding]) -> dict:
             "checks": sorted({f.id for f in waived})}
 
 
-def check_document(snapshot: Snapshot, findings: List[Finding], waived: Optional[List[Finding]] = None) -> dict:
-    """`waived`: what --skip/--only removed, counted and named so a filter never hides a failure silently."""
+def check_document(snapshot: Snapshot, findings: List[Finding], waived: Optional[List[Finding]] = None,
+                   profile: Optional[str] = None) -> dict:
+    """`waived`: what --skip/--only removed, counted and named so a filter never hides a failure silently;
+    `profile`: the node profile judged against, named in every format. Nothing judged is 'info', never 'pass'."""
     waived = waived or []
-    return envelope(CHECK_SCHEMA, worst(findings), summary(findings), host=host_name(snapshot),
-                    findings=[f.to_dict() for f in findings], waived=_waived(waived), snapshot=snapshot.to_dict())
+    return envelope(CHECK_SCHEMA, worst(findings) if findings else "info", summary(findings),
+                    host=host_name(snapshot), profile=profile, findings=[f.to_dict() for f in findings],
+                    waived=_waived(waived), snapshot=snapshot.to_dict())
 
 
 def host_name(snapshot: Snapshot) -> str:

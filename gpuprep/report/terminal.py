@@ -58,7 +58,9 @@ def _host_section(snap: Snapshot, out: Writer) -> None:
 
 
 def _torch_text(torch) -> str:
-    if not (torch and torch.version):
+    if torch is None:
+        return "not known (not in these facts)"
+    if not torch.version:
         return "not installed"
     return torch.version + (f" (CUDA {torch.cuda})" if torch.cuda else " (no CUDA)")
 
@@ -72,7 +74,7 @@ def _software_section(snap: Snapshot, out: Writer) -> None:
     else:
         out.line(f"  driver {sw.driver_version or '?'}  CUDA (driver API) {sw.cuda_driver_version or '?'}")
     toolkits = ", ".join(f"{t.version or '?'} ({t.path})" for t in sw.cuda_toolkits or [])
-    out.line(f"  CUDA toolkits: {toolkits or 'none found'}")
+    out.line(f"  CUDA toolkits: {toolkits or ('not known (not in these facts)' if sw.cuda_toolkits is None else 'none found')}")
     out.line(f"  PyTorch: {_torch_text(sw.torch)}  cuDNN: {sw.cudnn_version or '-'}  NCCL: {sw.nccl_version or '-'}")
     c = snap.container
     if c.docker_reachable:
@@ -204,13 +206,34 @@ def _verdict_style(fail: int, warn: int):
     return ("FAIL", "fail") if fail else ("WARN", "warn") if warn else ("OK", "pass")
 
 
+def _width() -> int:
+    """The terminal's width (COLUMNS, else the terminal's own); 0 (no wrapping) when writing to a pipe or file."""
+    import shutil
+    return shutil.get_terminal_size((0, 0)).columns
+
+
+def _wrapped(out: Writer, first: str, text: str, indent: int, width: int) -> None:
+    """`first` + `text` on lines of at most `width` (the rest indented by `indent`); one line when width is 0."""
+    if width <= indent + 20:
+        out.line(first + text)
+        return
+    import textwrap
+    lines = textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=" " * indent,
+                          break_long_words=True, break_on_hyphens=False) or [first]
+    for line in lines:
+        out.line(line)
+
+
 def _finding_lines(f: Finding, out: Writer) -> None:
-    out.line(f"  {out.paint(f.severity.upper().ljust(4), f.severity)}  {f.id}  {f.subject}: {f.title}")
+    width = _width()
+    head = f"  {f.severity.upper().ljust(4)}  "
+    _wrapped(out, f"  {out.paint(f.severity.upper().ljust(4), f.severity)}  ",
+             f"{f.id}  {f.subject}: {f.title}", len(head), width + len(out.paint("", f.severity)) if width else 0)
     if f.severity in ("fail", "warn") and f.evidence:
         ev = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
-        out.line(f"        evidence: {ev}"[:300])
+        _wrapped(out, "        evidence: ", ev[:300], 18, width)
     if f.remedy and f.severity != "pass":
-        out.line(f"        remedy:   {f.remedy}")
+        _wrapped(out, "        remedy:   ", f.remedy, 18, width)
 
 
 def render_findings(findings: List[Finding], out: Writer, verbose: bool, waived: Optional[dict] = None) -> None:
@@ -224,9 +247,13 @@ def render_findings(findings: List[Finding], out: Writer, verbose: bool, waived:
             _finding_lines(f, out)
     counts = summary(findings)
     out.line()
-    verdict, style = _verdict_style(counts["fail"], counts["warn"])
-    out.line(out.paint(f"{verdict}: {counts['fail']} fail, {counts['warn']} warn, {counts['info']} info, "
-                       f"{counts['pass']} pass", style))
+    if not findings:
+        out.line(out.paint("NOTHING CHECKED: no check applied to these facts (see --only/--skip, and what the "
+                           "facts hold)", "warn"))
+    else:
+        verdict, style = _verdict_style(counts["fail"], counts["warn"])
+        out.line(out.paint(f"{verdict}: {counts['fail']} fail, {counts['warn']} warn, {counts['info']} info, "
+                           f"{counts['pass']} pass", style))
     hidden = (waived or {}).get("summary") or {}
     if hidden.get("fail") or hidden.get("warn"):
         ids = waived["ids"]
@@ -247,6 +274,8 @@ def _finding(data: dict):
 def render_check(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
     out = Writer(colour)
     render_facts(Snapshot.from_dict(document["snapshot"]), out)
+    if document.get("profile"):
+        out.line(f"judged against profile: {document['profile']}")
     render_findings([_finding(f) for f in document["findings"]], out, verbose, document.get("waived"))
     return out.text()
 

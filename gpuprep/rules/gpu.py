@@ -499,9 +499,12 @@ def capture_incomplete(snap, ctx):
 @rule("gpu.count")
 def gpu_count(snap, ctx):
     wanted = ctx.profile.get("min_gpus")
-    if not wanted or snap.gpus is None:
+    if not wanted:
         return []
-    have = len(snap.gpus)
+    if snap.gpus is None and snap.nvml.available is not False:
+        return [Finding("gpu.count", "warn", host(snap), f"GPU count not known; the profile wants at least {wanted}",
+                        {"min_gpus": wanted}, "Give a capture that lists the GPUs (nvidia-smi -q), or run on the host")]
+    have = len(snap.gpus or [])     # no driver answering: no GPU this profile can use
     if have < wanted:
         return [Finding("gpu.count", "fail", host(snap), f"{have} GPU(s), profile wants at least {wanted}",
                         {"gpus": have, "min_gpus": wanted}, "Check `lspci | grep -i nvidia` and the kernel log for GPUs that did not come up")]
