@@ -35,10 +35,21 @@ def load_plan(path: str) -> LaunchPlan:
         raise bad_argument("plan", f"{path}: {exc}") from None
 
 
+def _say(line: str) -> None:
+    import sys
+    sys.stderr.write(f"gpuprep launch: {line}\n")
+
+
 def rank_plan(plan_file: Optional[str], mode: str, environ: Dict[str, str]) -> Rank:
+    if "LOCAL_RANK" not in environ:
+        _say("LOCAL_RANK is not set (not started by torchrun?): running as local rank 0")
     rank = local_rank(environ)
     if plan_file:
         plan = load_plan(plan_file)
+        import socket
+        if plan.host and plan.host != socket.gethostname():
+            _say(f"the plan was made on {plan.host}, not on this host ({socket.gethostname()}): its CPUs, NICs and "
+                 f"thread counts are that host's")
     else:
         from . import api
         size = environ.get("LOCAL_WORLD_SIZE")

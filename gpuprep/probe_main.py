@@ -14,13 +14,22 @@ from .errors import exit_for
 def _parser(prog: str = "gpuprep-probe") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="gpuprep's node probe")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("snapshot", help="print this host's snapshot (JSON)")
+    commands.add_parser("snapshot", help="print this host's snapshot (JSON)",
+                        description="Print this host's facts as a snapshot (JSON): nothing is judged.")
     textfile = commands.add_parser("textfile", help="judge this host, write Prometheus text for node_exporter")
     textfile.add_argument("-o", "--output", required=True, metavar="FILE.prom")
     textfile.add_argument("--profile", metavar="NAME|FILE.toml")
     textfile.add_argument("--no-docker", action="store_true")
     slurm = commands.add_parser("slurm", help="Slurm's HealthCheckProgram, Prolog or Epilog: drain this node on a "
-                                              "failing verdict, resume it when healthy")
+                                              "failing verdict, resume it when healthy",
+                                description="Slurm's HealthCheckProgram, Prolog or Epilog: judge this node, drain it "
+                                            "with the check id as the reason (\"gpu.xid GPU3 (gpuprep)\": sinfo -R "
+                                            "shows the id) when it fails, resume a node gpuprep drained once healthy "
+                                            "(and, with --require-burnin, after a passing burn-in of this node run "
+                                            "since the drain). Exit 1 when the node fails (health check, prolog: "
+                                            "Slurm requeues the job), else 0; gpuprep's own trouble (no scontrol, "
+                                            "the budget run out, another hook holding the lock) changes nothing and "
+                                            "exits 0, saying why in the journal.")
     slurm.add_argument("hook", choices=["healthcheck", "prolog", "epilog"])
     _judging(slurm)
     slurm.add_argument("--node", help="Slurm's name for this node (default: $SLURMD_NODENAME, else the short host name)")
@@ -37,7 +46,7 @@ def _parser(prog: str = "gpuprep-probe") -> argparse.ArgumentParser:
     for name, text in (("npd", "node-problem-detector custom plugin: exit 0 healthy, 1 a problem, 2 unknown; one "
                                "line of at most 80 characters"),
                        ("nagios", "Nagios/Icinga plugin: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; one status line")):
-        _judging(commands.add_parser(name, help=text))
+        _judging(commands.add_parser(name, help=text, description=text))
     return parser
 
 

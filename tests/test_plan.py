@@ -231,3 +231,22 @@ def test_cuda_visible_devices_is_read_as_cuda_reads_it(spec, sees):
     from gpuprep.rules import evaluate
     (finding,) = [f for f in evaluate(snap) if f.id == "env.cuda-visible-devices"]
     assert (finding.severity == "fail") == (len(sees) < len(spec.split(",")))
+
+
+def test_launch_says_when_it_guesses(tmp_path):
+    """Without LOCAL_RANK it ran as rank 0 in silence; a plan made on another host applied without a word."""
+    import json
+    import subprocess
+    import sys
+    from conftest import REPO
+    snap = import_files([corpus("h100-sxm-x8-ib-penny.topo-m.txt")])
+    plan = make_plan(snap, nproc=1)
+    from gpuprep.report import plan_document
+    doc = plan_document(plan)
+    doc["host"] = "another-host"
+    saved = tmp_path / "plan.json"
+    saved.write_text(json.dumps(doc))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "LOCAL_RANK"}
+    done = subprocess.run([sys.executable, "-m", "gpuprep", "launch", "--plan", str(saved), "--", "true"],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert "LOCAL_RANK is not set" in done.stderr and "made on another-host" in done.stderr, done.stderr
