@@ -315,3 +315,43 @@ def diagnose(paths: Sequence[str], *, node: Optional[Snapshot] = None) -> Diagno
         raise bad_argument("node", "must be a Snapshot (api.snapshot())")
     facts = diagnose_traces(list(paths))
     return DiagnoseResult(facts, judge(Job(facts, node)), node)
+
+
+@dataclass
+class WatchResult:
+    """A running job watched: each rank's samples (`facts`) and the findings (the same job.* ids as diagnose)."""
+    facts: Any
+    findings: List[Finding]
+    node: Optional[Snapshot] = None
+
+    @property
+    def verdict(self) -> str:
+        return worst(self.findings)
+
+    def document(self) -> dict:
+        from .report import watch_document
+        return watch_document(self.facts, self.findings, self.node)
+
+
+def watch(pid: Optional[int] = None, *, command: Optional[Sequence[str]] = None, seconds: Optional[float] = None,
+          interval: float = 1.0, node: Optional[Snapshot] = None, on_sample=None) -> WatchResult:
+    """Why a running job under-uses its GPUs, sampled from outside it without touching its code: `pid` (a torchrun
+    agent, a rank, or any process whose children are the ranks), or `command`, which this starts (with NCCL's log
+    and PyTorch's flight recorder on) and waits for. Samples every `interval` s for `seconds` (None: until the job
+    ends or Ctrl-C). `node` (api.snapshot()) joins the node's facts. `on_sample(watcher)` is called per sample."""
+    from . import arguments as a
+    from .job.run import watch_job
+    if (pid is None) == (command is None):
+        raise bad_argument("pid", "give a process id or a command to start, not both and not neither")
+    if pid is not None:
+        a.whole("pid", pid, minimum=1)
+    if command is not None and not a.texts("command", command):
+        raise bad_argument("command", "is empty")
+    a.seconds("seconds", seconds, optional=True)
+    a.seconds("interval", interval)
+    if node is not None and not isinstance(node, Snapshot):
+        raise bad_argument("node", "must be a Snapshot (api.snapshot())")
+    from .job.facts import JobFacts
+    from .job.judge import Job, judge
+    facts = watch_job(pid, list(command) if command is not None else None, seconds, interval, on_sample)
+    return WatchResult(facts, judge(Job(JobFacts([]), node, facts)), node)

@@ -20,7 +20,8 @@ FLAGS = {"driver": "--driver", "cuda": "--cuda", "cudnn": "--cudnn", "torch": "-
          "duration": "--duration", "master": "--master", "nnodes": "--nnodes", "node_rank": "--node-rank",
          "backend": "--backend", "ranks": "--nproc", "plan": "--plan", "baseline": "--baseline", "output": "-o",
          "extra_vars": "-e", "dcgm_level": "--dcgm-level", "skip": "--skip", "only": "--only", "tags": "--tags", "inventory": "-i",
-         "local": "--local", "paths": "TRACE"}
+         "local": "--local", "paths": "TRACE", "pid": "--pid", "command": "COMMAND", "seconds": "--duration",
+         "interval": "--interval"}
 
 
 # click's own endings in front of gpuprep's table (errors.EXITS): (exception type, exit code, message, debug).
@@ -326,6 +327,54 @@ def diagnose(traces, node_sources, live_node, fmt, as_json, output, verbose):
     document = api.diagnose(list(traces), node=node).document()
     _emit(document, fmt, output, verbose)
     return _verdict_exit(document)
+
+
+@cli.command(context_settings={"allow_interspersed_args": False})
+@click.argument("command", nargs=-1, metavar="[-- COMMAND ...]")
+@click.option("--pid", type=int, help="Watch this running job: a torchrun agent, a rank, or any process whose "
+                                      "children are the ranks.")
+@click.option("--duration", metavar="DURATION", help="Sample this long (30s, 5m); default: until the job ends or "
+                                                     "Ctrl-C.")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between samples.")
+@click.option("--from", "node_sources", multiple=True, metavar="FILE", help="The node's snapshot or captures to join.")
+@click.option("--node", "live_node", is_flag=True, help="Join this host's facts (gpuprep check's probe).")
+@_format_options
+@click.option("-v", "--verbose", is_flag=True, help="Show the per-rank summary lines too.")
+def watch(command, pid, duration, interval, node_sources, live_node, fmt, as_json, output, verbose):
+    """Why a running training job under-uses its GPUs, without touching its code: samples its ranks (NVML, /proc,
+    py-spy stacks of the main threads) and names the bottleneck with the same job.* ids as diagnose. `watch --pid
+    PID`, or `watch -- torchrun ... train.py` to start the job (its exit code is passed through). Needs py-spy for
+    the stacks (pip install py-spy) and permission to trace the job (root, the same user, or SYS_PTRACE)."""
+    from . import api
+    from .errors import BadInput
+    fmt = _chosen_format(fmt, as_json, output)
+    if output:
+        from .output import check_destination
+        check_destination(output)
+    if node_sources and live_node:
+        raise BadInput("give --from captures of the node or --node for this host, not both")
+    from .burnin import parse_duration
+    seconds = parse_duration(duration, shortest=1) if duration else None
+    node = api.snapshot(list(node_sources)) if node_sources else api.snapshot(docker=False) if live_node else None
+    live = _live_line if sys.stderr.isatty() and fmt == "text" and not output else None
+    result = api.watch(pid, command=list(command) if command else None, seconds=seconds, interval=interval,
+                       node=node, on_sample=live)
+    document = result.document()
+    _emit(document, fmt, output, verbose)
+    if result.facts.exit_code:
+        return result.facts.exit_code
+    return _verdict_exit(document)
+
+
+def _live_line(watcher) -> None:
+    """One line per sample on a terminal: each rank's GPU utilisation and where its main thread is."""
+    parts = []
+    for rank in watcher.ranks:
+        gpu = rank.gpu_samples[-1] if rank.gpu_samples else {}
+        util = gpu.get("gpu_util_pct")
+        parts.append(f"rank {rank.rank if rank.rank is not None else rank.pid}: GPU {'-' if util is None else util}% "
+                     f"{rank.stacks[-1] if rank.stacks else ''}")
+    click.echo(f"\r[{watcher.samples:4d}] " + " | ".join(parts)[:150], err=True, nl=False)
 
 
 @cli.command()

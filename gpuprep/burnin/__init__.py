@@ -68,7 +68,8 @@ def root_cause(output: str):
     return rank, code
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, shortest: float = 5) -> float:
+    """Seconds from '60s', '2m', '1h' or a plain number, between `shortest` and 24 h."""
     units = {"s": 1, "m": 60, "h": 3600}
     try:
         if text and text[-1] in units:
@@ -77,8 +78,8 @@ def parse_duration(text: str) -> float:
             value = float(text)
     except ValueError:
         raise bad_argument("duration", f"{text!r} is not a duration like 60s or 2m") from None
-    if not 5 <= value <= 24 * 3600:
-        raise bad_argument("duration", f"{text!r} must be between 5s and 24h")
+    if not shortest <= value <= 24 * 3600:
+        raise bad_argument("duration", f"{text!r} must be between {shortest:g}s and 24h")
     return value
 
 

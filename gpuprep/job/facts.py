@@ -56,3 +56,67 @@ class JobFacts:
 
     def to_dict(self) -> dict:
         return {"ranks": [r.to_dict() for r in self.ranks]}
+
+
+@dataclass
+class WatchRank:
+    """One rank of a running job, as `gpuprep watch` sampled it (per-sample series, oldest first)."""
+    rank: Optional[int]
+    pid: int
+    gpu: Optional[str] = None                    # the GPU's UUID
+    samples: int = 0
+    main_thread: Optional[Dict[str, float]] = None   # stack-class shares (dataloader, sync, collective, ...), %
+    stack_samples: int = 0
+    last_stack: Optional[str] = None                 # where the main thread was at the last stack sample
+    cpu_pct: List[float] = field(default_factory=list)
+    cpu_seconds: List[float] = field(default_factory=list)
+    workers: int = 0
+    worker_cpu_pct: List[float] = field(default_factory=list)
+    gpu_util_pct: List[Optional[float]] = field(default_factory=list)
+    sm_clock_pct: List[Optional[float]] = field(default_factory=list)
+    power_pct: List[Optional[float]] = field(default_factory=list)
+    memory_pct: List[Optional[float]] = field(default_factory=list)
+    pcie_rx_mbps: List[Optional[float]] = field(default_factory=list)
+    throttle_reasons: List[List[str]] = field(default_factory=list)
+    ended: bool = False
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class WatchFacts:
+    ranks: List[WatchRank]
+    seconds: float = 0.0
+    samples: int = 0
+    notes: List[str] = field(default_factory=list)    # signals that could not be read, and what that costs
+    exit_code: Optional[int] = None                   # `watch -- CMD`: the job's own exit code
+    nccl_transports: List[str] = field(default_factory=list)   # what NCCL's log said it used: IB, Socket, ...
+    job_ended: bool = False                           # the job ended while watched (no hang can be judged)
+
+    def to_dict(self) -> dict:
+        return {"ranks": [r.to_dict() for r in self.ranks], "seconds": round(self.seconds, 1),
+                "samples": self.samples, "notes": self.notes, "exit_code": self.exit_code,
+                "nccl_transports": self.nccl_transports, "job_ended": self.job_ended}
+
+
+def _share(part, whole) -> Optional[float]:
+    return round(100.0 * part / whole, 1) if part is not None and whole else None
+
+
+def watch_rank(process) -> WatchRank:
+    """A watch.RankProcess's samples as typed facts (percentages against each GPU's own maxima)."""
+    from .stacks import shares
+    g = process.gpu_samples
+    return WatchRank(rank=process.rank if process.rank is not None else process.local_rank, pid=process.pid,
+                     gpu=process.gpu_uuid, samples=len(process.cpu_seconds),
+                     main_thread=shares(process.stacks) if process.stacks else None,
+                     stack_samples=len(process.stacks), last_stack=process.stacks[-1] if process.stacks else None,
+                     cpu_pct=process.cpu_pct, cpu_seconds=process.cpu_seconds,
+                     workers=process.workers, worker_cpu_pct=process.worker_cpu_pct,
+                     gpu_util_pct=[s.get("gpu_util_pct") for s in g],
+                     sm_clock_pct=[_share(s.get("sm_clock_mhz"), s.get("max_sm_clock_mhz")) for s in g],
+                     power_pct=[_share(s.get("power_w"), s.get("power_limit_w")) for s in g],
+                     memory_pct=[_share(s.get("memory_used_mib"), s.get("memory_total_mib")) for s in g],
+                     pcie_rx_mbps=[s.get("pcie_rx_mbps") for s in g],
+                     throttle_reasons=[s.get("throttle_reasons") or [] for s in g], ended=process.ended)

@@ -12,7 +12,7 @@ from ..importers.values import expand_cpulist
 from ..module_utils.gpuprep_nvsmi import THROTTLE_REASONS
 from ..rules import Finding, declared, registrar
 from ..snapshot import Gpu, Snapshot
-from .facts import JobFacts, RankFacts
+from .facts import JobFacts, RankFacts, WatchFacts, WatchRank
 
 
 @functools.lru_cache(maxsize=None)
@@ -32,9 +32,11 @@ def source(name: str) -> str:
 
 @dataclass
 class Job:
-    """What every job rule reads: the ranks, and the node's facts when the user gave them."""
+    """What every job rule reads: the ranks of its traces (diagnose) or of a watch (watch), and the node's facts
+    when the user gave them. A rule for one kind of facts finds no ranks of the other."""
     facts: JobFacts
     node: Optional[Snapshot] = None
+    watch: Optional[WatchFacts] = None
 
 
 JOB_RULES: List[Callable[[Job], List[Finding]]] = []
@@ -326,6 +328,211 @@ def summary(job: Job) -> List[Finding]:
             parts.append(f"DataLoader {r.dataloader_pct:g}% of the step")
         out.append(Finding("job.summary", "pass", _who(r), "Read " + ", ".join(parts),
                            {"file": r.source, "gpu": r.gpu_name}))
+    return out
+
+
+# -- a running job (gpuprep watch): the same ids, judged from samples ------------------------------------------
+
+def _median(values) -> Optional[float]:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _watched(job: Job) -> List[WatchRank]:
+    return job.watch.ranks if job.watch else []
+
+
+def _stack(rank: WatchRank, kind: str) -> float:
+    return (rank.main_thread or {}).get(kind, 0.0)
+
+
+def _who_pid(rank: WatchRank) -> str:
+    return f"rank {rank.rank} (pid {rank.pid})" if rank.rank is not None else f"pid {rank.pid}"
+
+
+@job_rule("job.dataloader")
+def watch_dataloader(job: Job) -> List[Finding]:
+    out = []
+    for r in _watched(job):
+        util = _median(r.gpu_util_pct)
+        if _stack(r, "dataloader") < limit("watch_stack_pct") or (util is not None and util >= limit("watch_busy_pct")):
+            continue
+        evidence = {"main_thread_in_dataloader_pct": _stack(r, "dataloader"), "stack_samples": r.stack_samples,
+                    "gpu_util_median_pct": util, "workers": r.workers,
+                    "worker_cpu_median_pct": _median(r.worker_cpu_pct)}
+        out.append(Finding("job.dataloader", "warn", _who_pid(r),
+                           f"The input pipeline starves the training step: the main thread waits on the DataLoader "
+                           f"in {_stack(r, 'dataloader'):.0f}% of samples" +
+                           (f" while the GPU is busy {util:.0f}%" if util is not None else "") +
+                           (f"; {r.workers} worker(s)" if r.workers else "; no worker processes (num_workers=0)"),
+                           evidence, "Raise DataLoader(num_workers=...) toward the CPUs near the GPU, pin_memory=True "
+                           "with non_blocking=True, persistent_workers=True, prefetch_factor; make __getitem__ cheaper",
+                           source("dataloader_pct")))
+    return out
+
+
+@job_rule("job.host-sync")
+def watch_sync(job: Job) -> List[Finding]:
+    return [Finding("job.host-sync", "warn", _who_pid(r), f"The main thread blocks on the GPU (.item(), .cpu(), "
+                    f"synchronize) in {_stack(r, 'sync'):.0f}% of samples", {"main_thread_in_sync_pct": _stack(r, "sync")},
+                    "Take .item()/.cpu()/synchronize out of the step; read metrics every N steps", source("sync_pct"))
+            for r in _watched(job) if _stack(r, "sync") >= limit("watch_stack_pct")]
+
+
+def _waiting(ranks: List[WatchRank]) -> List[WatchRank]:
+    """Ranks that wait for others: in a collective on their stacks, or (CPU ranks, whose wait for gloo sits inside
+    autograd's C++ and shows on no Python frame) nearly idle while another rank is busy."""
+    busiest = max((_median(r.cpu_pct) or 0 for r in ranks), default=0)
+    def idle_cpu_rank(r):
+        cpu = _median(r.cpu_pct)
+        return not any(u is not None for u in r.gpu_util_pct) and cpu is not None and \
+            busiest >= limit("watch_busy_pct") and cpu <= busiest / 3
+    return [r for r in ranks if _stack(r, "collective") >= limit("watch_stack_pct") or idle_cpu_rank(r)]
+
+
+@job_rule("job.straggler", "job.comm-exposed")
+def watch_straggler(job: Job) -> List[Finding]:
+    """Ranks that wait for others while one does not: that one is the straggler. All waiting in collectives, GPUs
+    not busy: the communication is exposed."""
+    ranks = [r for r in _watched(job) if r.stack_samples]
+    if not ranks or _hung(job):
+        return []
+    waiting = _waiting(ranks)
+    working = [r for r in ranks if r not in waiting]
+    if len(ranks) >= 2 and waiting and len(working) == 1:
+        return [_straggler(working[0], waiting)]
+    if len(waiting) == len(ranks):
+        return _exposed(job, ranks)
+    return []
+
+
+def _how_waiting(rank: WatchRank, slow: WatchRank) -> str:
+    if _stack(rank, "collective") >= limit("watch_stack_pct"):
+        return f"rank {rank.rank}: in a collective in {_stack(rank, 'collective'):.0f}% of samples"
+    return f"rank {rank.rank}: CPU {_median(rank.cpu_pct) or 0:.0f}% against its {_median(slow.cpu_pct) or 0:.0f}%"
+
+
+def _straggler(slow: WatchRank, waiting: List[WatchRank]) -> Finding:
+    how = "; ".join(_how_waiting(r, slow) for r in waiting)
+    return Finding("job.straggler", "warn", _who_pid(slow),
+                   f"{_who_pid(slow)} is the straggler: the other {len(waiting)} rank(s) wait for it ({how})",
+                   {"waiting": {str(r.rank): _stack(r, "collective") for r in waiting},
+                    "straggler_main_thread": slow.main_thread},
+                   "Look at what differs on this rank: its GPU's clocks and throttle reasons (`gpuprep check`), "
+                   "its data shard, its CPU binding (`gpuprep plan`)", source("straggler_pct"))
+
+
+def _exposed(job: Job, ranks: List[WatchRank]) -> List[Finding]:
+    util = _median([u for r in ranks for u in r.gpu_util_pct])
+    if util is not None and util >= limit("watch_busy_pct"):
+        return []
+    note = _transport_note(job)
+    busy = f" while the GPUs are busy {util:.0f}%" if util is not None else ""
+    return [Finding("job.comm-exposed", "warn", "job", "Communication is exposed: every rank's main thread waits in "
+                    "collectives" + busy + (f"; {note}" if note else ""),
+                    {"waiting": {str(r.rank): _stack(r, "collective") for r in ranks}, "gpu_util_median_pct": util,
+                     "node": note}, "Overlap and shrink the all-reduce (DDP bucket_cap_mb, no_sync for accumulation, "
+                    "a larger batch per GPU); check the transport (NCCL_DEBUG=INFO)", source("comm_pct"))]
+
+
+def _hung(job: Job) -> bool:
+    """Still running at the end of the watch, and no rank used CPU time for the last samples."""
+    ranks = _watched(job)
+    window = int(limit("hang_samples"))
+    if not job.watch or job.watch.job_ended:
+        return False
+    return bool(ranks) and all(len(r.cpu_seconds) > window and
+                               r.cpu_seconds[-1] - r.cpu_seconds[-1 - window] < limit("hang_cpu_seconds")
+                               for r in ranks if not r.ended)
+
+
+@job_rule("job.hung-rank")
+def watch_hung(job: Job) -> List[Finding]:
+    """No rank advanced for the last samples: the ranks in a collective wait for the one that is not."""
+    if not _hung(job):
+        return []
+    ranks = [r for r in _watched(job) if not r.ended]
+    # stopped inside torch (a collective, or DDP's all-reduce inside backward, a sync) waits for the others; a rank
+    # stopped in the job's own code (or its DataLoader) never reached the collective
+    waiting = [r for r in ranks if r.last_stack in ("collective", "compute_launch", "sync")]
+    missing = [r for r in ranks if r.last_stack in ("other", "dataloader")]
+    window = int(limit("hang_samples"))
+    evidence = {"seconds_without_progress": window, "waiting": [r.rank for r in waiting],
+                "elsewhere": {str(r.rank): r.main_thread for r in missing}}
+    if waiting and missing:
+        return [Finding("job.hung-rank", "fail", _who_pid(r), f"The job hangs: {_who_pid(r)} never joins the "
+                        f"collective the other {len(waiting)} rank(s) wait in", evidence,
+                        "Dump that rank's stacks (py-spy dump --pid PID) to see where it stopped; with NCCL, "
+                        "TORCH_NCCL_TRACE_BUFFER_SIZE and the flight recorder name the missing collective")
+                for r in missing]
+    return [Finding("job.hung-rank", "fail", "job", "The job hangs: no rank used CPU time for "
+                    f"{window} samples" + (" and every rank waits in a collective (the missing rank is on another "
+                                           "node?)" if waiting else ""), evidence,
+                    "Dump every rank's stacks (py-spy dump); with NCCL run with NCCL_DEBUG=INFO and the flight "
+                    "recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) to name the rank that is missing")]
+
+
+@job_rule("job.throttled")
+def watch_throttled(job: Job) -> List[Finding]:
+    out = []
+    for r in _watched(job):
+        held = [(c, reasons) for c, reasons in zip(r.sm_clock_pct, r.throttle_reasons)
+                if c is not None and c < limit("throttle_clock_pct") and set(reasons) & set(THROTTLE_REASONS)]
+        if not r.sm_clock_pct or len(held) < limit("throttle_share_pct") / 100 * len(r.sm_clock_pct):
+            continue
+        named = sorted({x for _, reasons in held for x in reasons if x in THROTTLE_REASONS})
+        out.append(Finding("job.throttled", "warn", _who_pid(r),
+                           f"The GPU's SM clock is held down ({_median([c for c, _ in held]):.0f}% of its maximum) "
+                           f"in {100 * len(held) / len(r.sm_clock_pct):.0f}% of samples: {', '.join(named)}",
+                           {"gpu": r.gpu, "reasons": named, "sm_clock_median_pct": _median(r.sm_clock_pct)},
+                           "Check cooling and power delivery of this GPU (`gpuprep check`: gpu.throttle); HW "
+                           "slowdown that stays is a hardware fault: drain the node", "NVML clock event reasons"))
+    return out
+
+
+@job_rule("job.memory-full")
+def watch_memory(job: Job) -> List[Finding]:
+    return [Finding("job.memory-full", "warn", _who_pid(r), f"GPU memory reached {max(m for m in r.memory_pct if m is not None):.0f}%"
+                    " of the device", {"gpu": r.gpu, "memory_max_pct": max(m for m in r.memory_pct if m is not None)},
+                    "Activation checkpointing, mixed precision, a smaller micro-batch with gradient accumulation",
+                    source("memory_pct"))
+            for r in _watched(job) if any(m is not None and m > limit("memory_pct") for m in r.memory_pct)]
+
+
+@job_rule("job.nccl-transport")
+def watch_transport(job: Job) -> List[Finding]:
+    """NCCL's own log (`watch -- CMD`) says it used sockets on a node that has InfiniBand."""
+    if not job.watch or "Socket" not in job.watch.nccl_transports or "IB" in job.watch.nccl_transports:
+        return []
+    ib = [d.name for d in (job.node.rdma_devices if job.node else None) or []
+          if (d.link_layer or "").lower() == "infiniband"]
+    if not ib:
+        return [Finding("job.nccl-transport", "info", "job", "NCCL used sockets (NET/Socket), by its own log",
+                        {"transports": job.watch.nccl_transports})]
+    return [Finding("job.nccl-transport", "warn", "job", f"NCCL used sockets although the node has InfiniBand "
+                    f"({', '.join(ib[:4])})", {"transports": job.watch.nccl_transports, "ib_ports": ib},
+                    "Unset NCCL_IB_DISABLE / NCCL_NET=Socket, check NCCL_IB_HCA and the ports (`gpuprep check`: "
+                    "net.*), and that the job's container has the RDMA devices")]
+
+
+@job_rule("job.not-judged")
+def watch_not_judged(job: Job) -> List[Finding]:
+    return [Finding("job.not-judged", "info", "watch", note) for note in (job.watch.notes if job.watch else [])]
+
+
+@job_rule("job.summary")
+def watch_summary(job: Job) -> List[Finding]:
+    out = []
+    for r in _watched(job):
+        util = _median(r.gpu_util_pct)
+        parts = [f"{r.samples} sample(s)", f"CPU {_median(r.cpu_pct) or 0:.0f}%"]
+        if util is not None:
+            parts.append(f"GPU busy {util:.0f}%")
+        if r.main_thread:
+            top = max(r.main_thread, key=r.main_thread.get)
+            parts.append(f"main thread mostly {top} ({r.main_thread[top]:.0f}%)")
+        out.append(Finding("job.summary", "pass", _who_pid(r), "Watched: " + ", ".join(parts),
+                           {"gpu": r.gpu, "workers": r.workers}))
     return out
 
 

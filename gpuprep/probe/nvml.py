@@ -410,3 +410,53 @@ def sample(index: int, nvml: Any = None, uuid: Optional[str] = None) -> Optional
             nvml.nvmlShutdown()
         except nvml.NVMLError:
             pass
+
+
+def job_sample(nvml: Any = None) -> Optional[List[dict]]:
+    """One reading of every GPU for `gpuprep watch` (one NVML session): utilisation, SM clock against its maximum,
+    power against the enforced limit, memory, PCIe throughput, clock event reasons and the compute processes
+    (which PIDs run on it). None when NVML is unavailable; a GPU's field NVML cannot give is None."""
+    nvml = nvml if nvml is not None else load_library()
+    if nvml is None:
+        return None
+    try:
+        nvml.nvmlInit()
+    except (getattr(nvml, "NVMLError", OSError), OSError):
+        return None
+    try:
+        ask = _Asker(nvml)
+        count = ask(getattr(nvml, "nvmlDeviceGetCount", None)) or 0
+        return [_job_reading(nvml, ask, index) for index in range(count)]
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
+
+
+def _job_reading(nvml: Any, ask: "_Asker", index: int) -> dict:
+    ask.fatal = []
+    h = ask(getattr(nvml, "nvmlDeviceGetHandleByIndex", None), index)
+    if h is None:
+        return {"index": index, "failure": ask.fatal[0] if ask.fatal else "not opened"}
+    util = ask(getattr(nvml, "nvmlDeviceGetUtilizationRates", None), h)
+    memory = ask(getattr(nvml, "nvmlDeviceGetMemoryInfo", None), h)
+    reasons = ask(getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None), h)
+    procs = ask(getattr(nvml, "nvmlDeviceGetComputeRunningProcesses", None), h) or []
+    rx = ask(getattr(nvml, "nvmlDeviceGetPcieThroughput", None), h, getattr(nvml, "NVML_PCIE_UTIL_RX_BYTES", 1))
+    reading = {
+        "index": index, "uuid": _text(ask(getattr(nvml, "nvmlDeviceGetUUID", None), h)),
+        "gpu_util_pct": util.gpu if util is not None else None,
+        "sm_clock_mhz": ask(getattr(nvml, "nvmlDeviceGetClockInfo", None), h, nvml.NVML_CLOCK_SM),
+        "max_sm_clock_mhz": ask(getattr(nvml, "nvmlDeviceGetMaxClockInfo", None), h, nvml.NVML_CLOCK_SM),
+        "power_w": _watts(ask(getattr(nvml, "nvmlDeviceGetPowerUsage", None), h)),
+        "power_limit_w": _watts(ask(getattr(nvml, "nvmlDeviceGetEnforcedPowerLimit", None), h)),
+        "memory_used_mib": memory.used >> 20 if memory is not None else None,
+        "memory_total_mib": memory.total >> 20 if memory is not None else None,
+        "pcie_rx_mbps": round(rx / 1000, 1) if rx is not None else None,      # NVML: KB/s
+        "throttle_reasons": None if reasons is None else [n for bit, n in _REASON_BITS if reasons & bit],
+        "pids": sorted(int(p.pid) for p in procs),
+    }
+    if ask.fatal:
+        reading["failure"] = ask.fatal[0]
+    return reading

@@ -21,6 +21,7 @@ ERROR_SCHEMA = "gpuprep.error/1"
 
 PLAN_SCHEMA = "gpuprep.plan/1"
 DIAGNOSE_SCHEMA = "gpuprep.diagnose/1"
+WATCH_SCHEMA = "gpuprep.watch/1"
 
 
 def summary(findings: List[Finding]) -> dict:
@@ -130,6 +131,12 @@ def diagnose_document(facts, findings: List[Finding], node: Optional[Snapshot] =
     judgement joined its snapshot."""
     return envelope(DIAGNOSE_SCHEMA, worst(findings), summary(findings), findings=[f.to_dict() for f in findings],
                     ranks=facts.to_dict()["ranks"], node=host_name(node) if node is not None else None)
+
+
+def watch_document(facts, findings: List[Finding], node: Optional[Snapshot] = None) -> dict:
+    """`facts`: job.facts.WatchFacts: each rank's samples, the notes on signals not read, the job's exit code."""
+    return envelope(WATCH_SCHEMA, worst(findings), summary(findings), findings=[f.to_dict() for f in findings],
+                    node=host_name(node) if node is not None else None, **facts.to_dict())
 
 
 def compat_document(findings: List[Finding]) -> dict:

@@ -85,7 +85,7 @@ def render(document: dict) -> str:
     schema = document["schema"]
     root = ET.Element("testsuites", name=f"gpuprep {schema.split('/')[0].split('.')[-1]}")
     totals = []
-    if schema.startswith(("gpuprep.burnin/", "gpuprep.diagnose/")):
+    if schema.startswith(("gpuprep.burnin/", "gpuprep.diagnose/", "gpuprep.watch/")):
         kind = schema.split("/")[0].split(".")[-1]
         suite = _Suite(root, kind, timestamp)
         for check_id, findings in _by_id(document["findings"]).items():

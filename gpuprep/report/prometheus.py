@@ -108,7 +108,22 @@ def _diagnose(metrics: _Metrics, document: dict) -> None:
         findings.labels(check_id, severity).set(count)
 
 
-_COMMANDS = {"gpuprep.burnin": ("burnin", _burnin), "gpuprep.diagnose": ("diagnose", _diagnose)}
+def _watch(metrics: _Metrics, document: dict) -> None:
+    import statistics
+    for key, text in (("gpu_util_pct", "median NVML GPU utilization over the watch"),
+                      ("sm_clock_pct", "median SM clock against its maximum over the watch")):
+        gauge = metrics.gauge(f"gpuprep_watch_{key}", text, ["rank", "pid"])
+        for rank in document["ranks"]:
+            known = [v for v in rank.get(key) or [] if v is not None]
+            if known:
+                gauge.labels(str(rank["rank"]), str(rank["pid"])).set(statistics.median(known))
+    findings = metrics.gauge("gpuprep_job_findings", "job findings of one id and severity", ["id", "severity"])
+    for (check_id, severity), count in sorted(Counter((f["id"], f["severity"]) for f in document["findings"]).items()):
+        findings.labels(check_id, severity).set(count)
+
+
+_COMMANDS = {"gpuprep.burnin": ("burnin", _burnin), "gpuprep.diagnose": ("diagnose", _diagnose),
+             "gpuprep.watch": ("watch", _watch)}
 
 
 def render(document: dict) -> str:

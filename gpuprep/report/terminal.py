@@ -399,9 +399,33 @@ def render_diagnose(document: dict, colour: bool, verbose: bool = False, drift_g
     return out.text()
 
 
+def _median_text(values, suffix="%") -> str:
+    import statistics
+    known = [v for v in values or [] if v is not None]
+    return f"{statistics.median(known):.0f}{suffix}" if known else "-"
+
+
+def render_watch(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
+    """A row per rank (medians over the samples, the main thread's most frequent place), then the causes."""
+    out = Writer(colour)
+    out.line(f"Watched {len(document['ranks'])} rank(s) for {document['seconds']} s ({document['samples']} samples)"
+             + (f"; the job exited {document['exit_code']}" if document.get("exit_code") is not None else ""))
+    out.line(f"  {'rank':<6} {'pid':>7} {'gpu util':>8} {'SM clk':>7} {'power':>6} {'mem':>5} {'cpu':>5} "
+             f"{'workers':>7}  main thread")
+    for r in document["ranks"]:
+        shares = r.get("main_thread") or {}
+        top = max(shares, key=shares.get) if shares else None
+        where = f"{top} {shares[top]:.0f}%" if top else "-"
+        out.line(f"  {'-' if r['rank'] is None else r['rank']!s:<6} {r['pid']:>7} {_median_text(r['gpu_util_pct']):>8} "
+                 f"{_median_text(r['sm_clock_pct']):>7} {_median_text(r['power_pct']):>6} "
+                 f"{_median_text(r['memory_pct']):>5} {_median_text(r['cpu_pct']):>5} {r['workers']:>7}  {where}")
+    render_findings([_finding(f) for f in document["findings"]], out, verbose)
+    return out.text()
+
+
 def render_document(document: dict, colour: bool = False, verbose: bool = False, drift_groups: bool = False) -> str:
     schema = document["schema"].split("/")[0]
     renderer = {"gpuprep.check": render_check, "gpuprep.fleet": render_fleet,
                 "gpuprep.burnin": render_burnin, "gpuprep.plan": render_plan,
-                "gpuprep.diagnose": render_diagnose}[schema]
+                "gpuprep.diagnose": render_diagnose, "gpuprep.watch": render_watch}[schema]
     return renderer(document, colour, verbose, drift_groups)

@@ -634,3 +634,49 @@ EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int c
     }
     return NVML_SUCCESS;
 }
+
+/* ------------------------------------------------------------------ a running job (gpuprep watch)
+ * "gpu N util G,M" (percent of time a kernel ran / memory was read or written), "gpu N pcie_rx KB/s",
+ * "gpu N pcie_tx KB/s", "gpu N procs PID:BYTES,PID:BYTES" (the compute processes). The configuration is read
+ * again at every nvmlInit, so a test rewrites it between samples to give a GPU a timeline. */
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
+    DEVICE(0)
+    OUT(utilization);
+    const char *v = gkey(g, "util");
+    if (!v) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int gpu = 0, memory = 0;
+    if (sscanf(v, "%u,%u", &gpu, &memory) < 1 || gpu > 100 || memory > 100) return NVML_ERROR_UNKNOWN;
+    utilization->gpu = gpu;
+    utilization->memory = memory;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter, unsigned int *value) {
+    DEVICE(0)
+    if (counter == NVML_PCIE_UTIL_TX_BYTES) return get_uint(g, "pcie_tx", value);
+    if (counter == NVML_PCIE_UTIL_RX_BYTES) return get_uint(g, "pcie_rx", value);
+    return NVML_ERROR_INVALID_ARGUMENT;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                          nvmlProcessInfo_t *infos) {
+    DEVICE(0)
+    OUT(infoCount);
+    const char *v = gkey(g, "procs");
+    unsigned int pids[64]; unsigned long long used[64]; unsigned int n = 0;
+    while (v && *v && n < 64) {
+        if (sscanf(v, "%u:%llu", &pids[n], &used[n]) != 2) return NVML_ERROR_UNKNOWN;
+        n++;
+        v = strchr(v, ',');
+        if (v) v++;
+    }
+    /* nvml.h: with *infoCount too small (or infos NULL), the count needed and INSUFFICIENT_SIZE */
+    if (*infoCount < n || (infos == NULL && n > 0)) { *infoCount = n; return NVML_ERROR_INSUFFICIENT_SIZE; }
+    if (n && !writable(infos, n * sizeof *infos)) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < n; i++) {
+        infos[i].pid = pids[i];
+        infos[i].usedGpuMemory = used[i];
+        infos[i].gpuInstanceId = 0xFFFFFFFF;
+        infos[i].computeInstanceId = 0xFFFFFFFF;
+    }
+    *infoCount = n;
+    return NVML_SUCCESS;
+}

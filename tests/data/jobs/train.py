@@ -2,7 +2,9 @@
   data-bound: a dataset that sleeps per sample, num_workers=0 (the input pipeline starves the step)
   compute-bound: the same loop with an instant dataset and a heavier model
   ddp: two gloo ranks (torchrun) where rank SLOW_RANK does extra work each step
-Writes one Chrome trace per rank into OUT_DIR (torch.profiler.tensorboard_trace_handler)."""
+  hang: two gloo ranks where rank SLOW_RANK stops before its all-reduce (the other waits in it)
+Writes one Chrome trace per rank into OUT_DIR (torch.profiler.tensorboard_trace_handler); with TRAIN_STEPS set it
+trains that many steps instead, unprofiled (what `gpuprep watch` looks at; every rank the same count)."""
 import os
 import sys
 import time
@@ -36,7 +38,7 @@ class Batches(Samples):
 
 def main():
     rank = int(os.environ.get("RANK", 0))
-    ddp = MODE == "ddp"
+    ddp = MODE in ("ddp", "hang")
     if ddp:
         torch.distributed.init_process_group("gloo")
     torch.manual_seed(0)
@@ -52,6 +54,12 @@ def main():
         loader = torch.utils.data.DataLoader(Samples(delay), batch_size=16, num_workers=0)
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01)
     slow = ddp and rank == int(os.environ.get("SLOW_RANK", "-1"))
+    if os.environ.get("TRAIN_STEPS"):
+        watched(model, loader, optimiser, slow, int(os.environ["TRAIN_STEPS"]))
+        if ddp:
+            torch.distributed.barrier()         # no rank leaves while the other still talks to it
+            torch.distributed.destroy_process_group()
+        return
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=5, repeat=1),
                  on_trace_ready=tensorboard_trace_handler(OUT, worker_name=f"rank{rank}")) as prof:
         for step, (x, y) in enumerate(loader):
@@ -66,6 +74,22 @@ def main():
                 break
     if ddp:
         torch.distributed.destroy_process_group()
+
+
+def watched(model, loader, optimiser, slow, steps):
+    """The same loop for `steps` steps, without the profiler; in hang mode the slow rank stops before its
+    all-reduce."""
+    for step, (x, y) in enumerate(loader):
+        if step >= steps:
+            break
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimiser.zero_grad()
+        if slow and MODE == "hang":
+            time.sleep(3600)        # never joins the gradient all-reduce: the other rank waits in it
+        if slow:
+            torch.randn(1200, 1200) @ torch.randn(1200, 1200)
+        loss.backward()
+        optimiser.step()
 
 
 if __name__ == "__main__":

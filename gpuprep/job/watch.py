@@ -1,0 +1,259 @@
+"""`gpuprep watch`: samples a running training job from outside it, I/O only. Per rank (the job's processes that
+carry RANK/LOCAL_RANK, or that NVML runs on a GPU, or the process itself), each second: its CPU time and state and
+its DataLoader workers' (its child processes, from /proc through psutil), its main thread's Python stack (py-spy
+dump --nonblocking: the rank is never stopped), and its GPU through NVML (one session per sample). A signal that
+cannot be read (py-spy missing, ptrace refused, NVML absent, another user's process) is dropped with one line that
+says what it costs, never the watch. Everything read from the job is untrusted text."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+from .stacks import classify
+
+PYSPY_TIMEOUT = 5.0
+MAX_PYSPY_FAILURES = 5
+_RANK_VARS = ("RANK", "LOCAL_RANK")
+
+
+@dataclass
+class RankProcess:
+    pid: int
+    rank: Optional[int]
+    local_rank: Optional[int]
+    visible: Optional[str] = None          # CUDA_VISIBLE_DEVICES as the rank got it
+    stacks: List[str] = field(default_factory=list)
+    cpu_pct: List[float] = field(default_factory=list)
+    worker_cpu_pct: List[float] = field(default_factory=list)
+    workers: int = 0
+    cpu_seconds: List[float] = field(default_factory=list)     # the rank's cumulative CPU time at each sample
+    gpu_samples: List[dict] = field(default_factory=list)
+    gpu_uuid: Optional[str] = None
+    ended: bool = False
+
+
+def _environ(proc) -> Dict[str, str]:
+    import psutil
+    try:
+        return proc.environ()
+    except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError):
+        return {}
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def discover(root_pid: int, gpu_pids: Optional[set] = None) -> List[RankProcess]:
+    """The job's ranks under (or at) `root_pid`: processes with RANK/LOCAL_RANK in their environment, else those
+    running on a GPU, else the root itself. A rank's descendants are its workers, never ranks of their own."""
+    import psutil
+    root = psutil.Process(root_pid)
+    family = [root] + root.children(recursive=True)
+    tagged = [(p, _environ(p)) for p in family]
+    ranks = [(p, env) for p, env in tagged if any(v in env for v in _RANK_VARS)]
+    if ranks:   # a DataLoader worker inherits RANK: a rank is one whose parent is no rank
+        pids = {p.pid for p, _ in ranks}
+        ranks = [(p, env) for p, env in ranks if _parent(p) not in pids]
+    elif gpu_pids:
+        ranks = [(p, env) for p, env in tagged if p.pid in gpu_pids]
+    if not ranks:
+        ranks = [(root, tagged[0][1])]
+    found = [RankProcess(p.pid, _int(env.get("RANK")), _int(env.get("LOCAL_RANK")), env.get("CUDA_VISIBLE_DEVICES"))
+             for p, env in ranks]
+    return sorted(found, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid))
+
+
+def _parent(proc) -> Optional[int]:
+    try:
+        return proc.ppid()
+    except Exception:      # noqa: BLE001 (gone)
+        return None
+
+
+class StackSampler:
+    """py-spy dump --nonblocking of one process's main thread; None (and one note) when py-spy cannot."""
+
+    def __init__(self, note: Callable[[str], None]):
+        import sys
+        beside = os.path.join(os.path.dirname(sys.executable), "py-spy")     # installed in gpuprep's own venv
+        self.pyspy = shutil.which("py-spy") or (beside if os.access(beside, os.X_OK) else None)
+        self.note = note
+        self.broken = False
+        self.failures = 0
+        if self.pyspy is None:
+            note("py-spy is not installed (pip install py-spy): no stacks; the data/sync/collective verdicts rest "
+                 "on GPU utilisation and CPU time alone")
+
+    def sample(self, pid: int) -> Optional[str]:
+        """The class of `pid`'s main-thread stack now, or None (no py-spy, a failed dump, the process gone)."""
+        if self.pyspy is None or self.broken:
+            return None
+        try:
+            done = subprocess.run([self.pyspy, "dump", "--pid", str(pid), "--nonblocking", "--json"],
+                                  capture_output=True, text=True, timeout=PYSPY_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return self._lost(f"py-spy did not answer ({exc})")
+        if done.returncode != 0:
+            return self._failed(pid, done.stderr or done.stdout)
+        self.failures = 0
+        try:
+            threads = json.loads(done.stdout)
+        except ValueError:
+            return None
+        main = next((t for t in threads if t.get("os_thread_id") == pid), threads[0] if threads else None)
+        if not isinstance(main, dict):
+            return None
+        frames = [f for f in main.get("frames") or [] if isinstance(f, dict)]
+        lines = [f.get("line") for f in frames if isinstance(f.get("line"), int)]
+        return classify([(str(f.get("name", "")), str(f.get("filename", ""))) for f in frames], _source_line, lines)
+
+    def _failed(self, pid: int, text: str) -> None:
+        if not os.path.exists(f"/proc/{pid}"):
+            return None
+        if re.search(r"ermission denied|not permitted|EPERM|ptrace", text):
+            return self._lost("py-spy may not read the job (ptrace restricted, another user's job, or a container "
+                              "without SYS_PTRACE)")
+        # a process in the middle of an import or of starting up can fail one dump: a few in a row cannot
+        self.failures += 1
+        if self.failures >= MAX_PYSPY_FAILURES:
+            first = next((line for line in text.splitlines() if line.strip()), "")
+            return self._lost(f"py-spy failed {self.failures} times in a row ({first.strip()[:100]})")
+        return None
+
+    def _lost(self, why: str) -> None:
+        self.broken = True
+        self.note(why + ": stacks dropped for the rest of the watch")
+        return None
+
+
+def _source_line(path: str, line: Optional[int]) -> Optional[str]:
+    """One line of the job's source (to see a .item() no frame names); None when unreadable."""
+    if not line or not path.endswith(".py"):
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for number, text in enumerate(fh, 1):
+                if number == line:
+                    return text[:400]
+                if number > line:
+                    break
+    except OSError:
+        return None
+    return None
+
+
+def _cpu_times(proc) -> Optional[float]:
+    try:
+        times = proc.cpu_times()
+        return times.user + times.system
+    except Exception:      # noqa: BLE001 (gone, or not ours)
+        return None
+
+
+class Watcher:
+    """Samples the ranks every `interval` seconds until `done()` says stop; `notes` are the one-line statements of
+    signals that could not be read."""
+
+    def __init__(self, root_pid: int, interval: float = 1.0, gpu_sample=None):
+        from ..probe.nvml import job_sample
+        self.root_pid, self.interval = root_pid, interval
+        self.gpu_sample = gpu_sample or job_sample
+        self.notes: List[str] = []
+        self.stacks = StackSampler(self._note)
+        self.ranks: List[RankProcess] = []
+        self.samples = 0
+        self.started = time.monotonic()
+        self._last: Dict[int, tuple] = {}
+        self._nvml_said = False
+
+    def _note(self, line: str) -> None:
+        if line not in self.notes:
+            self.notes.append(line)
+
+    def step(self) -> None:
+        import psutil
+        gpus = self.gpu_sample()
+        if gpus is None and not self._nvml_said:
+            self._nvml_said = True
+            self._note("NVML is not available here: no GPU samples (utilisation, clocks, throttling, memory)")
+        gpu_pids = {pid for g in gpus or [] for pid in g.get("pids") or []}
+        self._rediscover(gpu_pids)
+        now = time.monotonic()
+        for rank in self.ranks:
+            try:
+                proc = psutil.Process(rank.pid)
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    raise psutil.NoSuchProcess(rank.pid)
+                workers = proc.children(recursive=True)
+            except psutil.NoSuchProcess:
+                rank.ended = True
+                continue
+            self._cpu(rank, proc, workers, now)
+            kind = self.stacks.sample(rank.pid)
+            if kind:
+                rank.stacks.append(kind)
+            reading = self._gpu_of(rank, gpus or [])
+            if reading:
+                rank.gpu_uuid = rank.gpu_uuid or reading.get("uuid")
+                rank.gpu_samples.append(reading)
+        self.samples += 1
+
+    def _rediscover(self, gpu_pids: set) -> None:
+        """The ranks, found again at every sample (torchrun starts them after its agent): known ranks keep their
+        samples; a rank that disappears stays, marked ended; the agent found alone first is replaced by its ranks."""
+        import psutil
+        try:
+            found = discover(self.root_pid, gpu_pids)
+        except psutil.NoSuchProcess:
+            return
+        known = {r.pid: r for r in self.ranks}
+        fresh = [known.get(r.pid, r) for r in found]
+        if self.ranks and [r.pid for r in found] == [self.root_pid] and len(self.ranks) > 1:
+            return       # the ranks are gone and only the agent is left: keep what was seen
+        ended = [r for r in self.ranks if r.pid not in {f.pid for f in fresh} and r.pid != self.root_pid]
+        for r in ended:
+            r.ended = True
+        self.ranks = sorted(fresh + ended, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid))
+
+    def _cpu(self, rank: RankProcess, proc, workers, now: float) -> None:
+        own = _cpu_times(proc)
+        theirs = sum(t for t in (_cpu_times(w) for w in workers) if t is not None)
+        last = self._last.get(rank.pid)
+        if own is not None:
+            rank.cpu_seconds.append(own)
+        if last and own is not None:
+            elapsed = max(now - last[0], 1e-6)
+            rank.cpu_pct.append(round(100 * (own - last[1]) / elapsed, 1))
+            if workers:
+                rank.worker_cpu_pct.append(round(100 * max(0.0, theirs - last[2]) / elapsed / len(workers), 1))
+        rank.workers = max(rank.workers, len(workers))
+        self._last[rank.pid] = (now, own or 0.0, theirs)
+
+    @staticmethod
+    def _gpu_of(rank: RankProcess, gpus: List[dict]) -> Optional[dict]:
+        """The GPU this rank runs on: NVML's process list, else its LOCAL_RANK's GPU."""
+        for reading in gpus:
+            if rank.pid in (reading.get("pids") or []):
+                return reading
+        if rank.local_rank is not None and rank.local_rank < len(gpus) and not rank.visible:
+            return gpus[rank.local_rank]
+        return None
+
+    def run(self, duration: Optional[float], finished: Callable[[], bool],
+            on_sample: Optional[Callable[["Watcher"], None]] = None) -> None:
+        deadline = None if duration is None else self.started + duration
+        while not finished() and (deadline is None or time.monotonic() < deadline):
+            tick = time.monotonic()
+            self.step()
+            if on_sample:
+                on_sample(self)
+            if self.ranks and all(r.ended for r in self.ranks):
+                break
+            time.sleep(max(0.0, self.interval - (time.monotonic() - tick)))

@@ -1,0 +1,130 @@
+"""gpuprep watch on real torch jobs this test runs on the CPU (tests/data/jobs/train.py, TRAIN_STEPS set: unprofiled),
+sampled from outside through /proc, py-spy and NVML; the GPU side through the C stand-in of libnvidia-ml, given each
+GPU's utilisation, clocks, throttle reasons, memory and the job's real PIDs as its compute processes."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import nvml_stub
+from conftest import REPO, corpus, run_cli
+from gpuprep.importers import import_files
+
+pytest.importorskip("torch")
+TRAIN = str(REPO / "tests" / "data" / "jobs" / "train.py")
+needs_pyspy = pytest.mark.skipif(not (shutil.which("py-spy") or os.path.exists(os.path.join(
+    os.path.dirname(sys.executable), "py-spy"))), reason="needs py-spy (a test dependency)")
+
+
+def watched(args, env=None, timeout=180):
+    done = run_cli("watch", "--json", *args, env=env, timeout=timeout)
+    assert done.stdout.startswith("{"), done.stderr[-2000:]
+    return done, json.loads(done.stdout)
+
+
+def warned(doc):
+    return [(f["id"], f["subject"].split(" (pid")[0]) for f in doc["findings"] if f["severity"] in ("warn", "fail")]
+
+
+def torchrun(mode, steps, out, **env):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", TRAIN, mode, str(out)]
+
+
+@needs_pyspy
+@pytest.mark.slow
+def test_a_data_bound_job_is_named_and_its_exit_code_passes_through(tmp_path):
+    done, doc = watched(["--", sys.executable, TRAIN, "data-bound", str(tmp_path)], env={"TRAIN_STEPS": "300"})
+    assert done.returncode == 0 and doc["exit_code"] == 0 and doc["schema"] == "gpuprep.watch/1"
+    (rank,) = doc["ranks"]
+    assert rank["main_thread"]["dataloader"] >= 30 and rank["workers"] == 0
+    assert [i for i, _ in warned(doc)] == ["job.dataloader"]
+    failing = run_cli("watch", "--", sys.executable, "-c", "import sys, time; time.sleep(2); sys.exit(3)")
+    assert failing.returncode == 3, failing.stderr
+
+
+@needs_pyspy
+@pytest.mark.slow
+def test_a_healthy_job_on_a_busy_gpu_gets_no_verdict(tmp_path):
+    """The compute-bound loop, with the stand-in reporting its PID on a GPU that is 97% busy at full clock."""
+    job = subprocess.Popen([sys.executable, TRAIN, "compute-bound", str(tmp_path)],
+                           env=dict(os.environ, TRAIN_STEPS="400"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        snap = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
+        snap.gpus = snap.gpus[:1]
+        config = tmp_path / "nvml.conf"
+        config.write_text(nvml_stub.config_for(snap) + f"gpu 0 util 97,60\ngpu 0 procs {job.pid}:2000000000\n")
+        done = nvml_stub.run(config, [sys.executable, "-m", "gpuprep", "watch", "--json", "--pid", str(job.pid),
+                                      "--duration", "6"])
+        doc = json.loads(done.stdout)
+    finally:
+        job.kill()
+        job.wait()
+    (rank,) = doc["ranks"]
+    assert rank["gpu"] == snap.gpus[0].uuid and rank["gpu_util_pct"][-1] == 97, rank
+    assert warned(doc) == [] and done.returncode == 0, doc["findings"]
+
+
+@needs_pyspy
+@pytest.mark.slow
+def test_the_slow_rank_of_a_ddp_job_is_the_straggler(tmp_path):
+    done, doc = watched(["--", *torchrun("ddp", 150, tmp_path)], env={"TRAIN_STEPS": "150", "SLOW_RANK": "1"})
+    assert done.returncode == 0 and sorted(r["rank"] for r in doc["ranks"]) == [0, 1]
+    assert warned(doc) == [("job.straggler", "rank 1")]
+
+
+@needs_pyspy
+@pytest.mark.slow
+def test_a_hung_collective_names_the_rank_that_never_joined(tmp_path):
+    job = subprocess.Popen(torchrun("hang", 1000, tmp_path), env=dict(os.environ, TRAIN_STEPS="1000", SLOW_RANK="1"),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        time.sleep(3)
+        done, doc = watched(["--pid", str(job.pid), "--duration", "10"])
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    assert done.returncode == 1 and ("job.hung-rank", "rank 1") in warned(doc), doc["findings"]
+
+
+@pytest.mark.slow
+def test_a_throttled_gpu_and_full_memory_are_named_from_nvml(tmp_path):
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        snap = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
+        snap.gpus = snap.gpus[:1]
+        snap.gpus[0].clock_sm_mhz = 900                           # of a 1980 MHz maximum
+        snap.gpus[0].clock_event_reasons = ["hw_slowdown", "hw_thermal_slowdown"]
+        config = tmp_path / "nvml.conf"
+        config.write_text(nvml_stub.config_for(snap) + f"gpu 0 util 40,20\ngpu 0 procs {job.pid}:1000\n"
+                          f"gpu 0 mem_used {79000 << 20}\n")
+        done = nvml_stub.run(config, [sys.executable, "-m", "gpuprep", "watch", "--json", "--pid", str(job.pid),
+                                      "--duration", "4"])
+        doc = json.loads(done.stdout)
+    finally:
+        job.kill()
+        job.wait()
+    found = {i for i, _ in warned(doc)}
+    assert {"job.throttled", "job.memory-full"} <= found, doc["findings"]
+    (throttled,) = [f for f in doc["findings"] if f["id"] == "job.throttled"]
+    assert "hw_slowdown" in throttled["title"] and throttled["evidence"]["sm_clock_median_pct"] < 50
+
+
+def test_a_job_ending_mid_watch_ends_the_watch_with_what_was_seen(tmp_path):
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
+    done, doc = watched(["--pid", str(job.pid), "--duration", "30"])
+    job.wait()
+    assert done.returncode == 0 and doc["job_ended"] and doc["seconds"] < 30 and doc["samples"] >= 1
+
+
+@pytest.mark.parametrize("args, words", [(["--pid", "999999999"], "no process 999999999"),
+                                         (["--pid", "1", "--", "true"], "not both"),
+                                         ([], "not both and not neither"),
+                                         (["--duration", "soon", "--", "true"], "not a duration")])
+def test_bad_watch_input_is_one_line_and_exit_2(args, words):
+    done = run_cli("watch", *args)
+    assert done.returncode == 2 and words in done.stderr and done.stderr.count("\n") == 1, done.stderr
