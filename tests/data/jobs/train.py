@@ -79,9 +79,11 @@ def main():
 def watched(model, loader, optimiser, slow, steps):
     """The same loop for `steps` steps, without the profiler; in hang mode the slow rank stops before its
     all-reduce."""
+    times = []
     for step, (x, y) in enumerate(loader):
         if step >= steps:
             break
+        start = time.perf_counter()
         loss = torch.nn.functional.mse_loss(model(x), y)
         optimiser.zero_grad()
         if slow and MODE == "hang":
@@ -90,6 +92,9 @@ def watched(model, loader, optimiser, slow, steps):
             torch.randn(1200, 1200) @ torch.randn(1200, 1200)
         loss.backward()
         optimiser.step()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    print(f"STEP_MS {1000 * times[len(times) // 2]:.3f}", flush=True)
 
 
 if __name__ == "__main__":
