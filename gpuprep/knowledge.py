@@ -97,5 +97,11 @@ def profiles_text() -> str:
 
 
 @functools.lru_cache(maxsize=None)
+def first_cuda_for(cc: str) -> Optional[Dict[str, str]]:
+    """The first CUDA release that supports compute capability `cc` (data/gpu-arch-cuda.csv), or None."""
+    return next((r for r in _rows("gpu-arch-cuda.csv") if r["compute_capability"] == cc), None)
+
+
+@functools.lru_cache(maxsize=None)
 def expected_busbw() -> List[Dict[str, str]]:
     return _rows("busbw.csv")

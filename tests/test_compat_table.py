@@ -108,3 +108,28 @@ def test_compat_cli_uses_exit_codes():
     bad = subprocess.run([sys.executable, "-m", "gpuprep", "compat", "--driver", "banana", "--cuda", "12.4"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+def test_a_driver_branch_that_predates_the_gpu_fails():
+    """A B200 with driver 550.54.15 and torch 2.7.0+cu128 got a warning and exit 0: R550 does not support Blackwell."""
+    from gpuprep import api
+    found = {f.id: f for f in api.compat("550.54.15", torch="2.7.0+cu128", gpu="NVIDIA B200")}
+    assert found["compat.driver-gpu"].severity == "fail" and "570.26" in found["compat.driver-gpu"].remedy
+    assert {f.id: f.severity for f in api.compat("570.86.15", torch="2.7.0+cu128", gpu="NVIDIA B200")}[
+        "compat.driver-gpu"] == "pass"
+    assert api.compat("570.86.15", torch="2.7.0+cu128", gpu="NVIDIA GeForce RTX 5090")      # known now
+    from gpuprep import knowledge as kb
+    assert kb.gpu_model("NVIDIA GB200")["product"] == "GB200" and kb.gpu_model("NVIDIA B200")["product"] == "B200"
+
+
+@pytest.mark.parametrize("driver, cc, torch", [("570.86.15", "12.0", "2.6.0+cu124"), ("570.86.15", "10.0", "2.5.1+cu121"),
+                                               ("575.51.03", "12.0", "2.6.0+cu124"), ("580.65.06", "9.0", "2.0.1+cu117")])
+def test_the_suggested_wheel_is_one_compat_itself_accepts_on_this_driver(driver, cc, torch):
+    """With --cc 12.0 on a 570 driver the fix offered was a cu130 wheel that compat fails on that driver."""
+    import re
+    from gpuprep import api
+    (arch,) = [f for f in api.compat(driver, torch=torch, cc=cc) if f.id == "compat.torch-arch"]
+    assert arch.severity in ("fail", "warn")
+    wheel = re.search(r"torch (\S+\+\S+)", arch.remedy).group(1)
+    verdicts = {f.id: f.severity for f in api.compat(driver, torch=wheel, cc=cc)}
+    assert verdicts["compat.torch-arch"] == "pass" and verdicts["compat.torch-driver"] == "pass", (wheel, verdicts)

@@ -53,8 +53,28 @@ def judge_driver_for_cuda(finding_id: str, subject: str, what: str, driver: str,
                    evidence, remedy, release.source)
 
 
+def judge_driver_for_gpu(subject: str, driver: str, cc: str, gpu_name: Optional[str] = None) -> Optional[Finding]:
+    """The driver must know the GPU: at least the driver of the first CUDA release that supports its compute
+    capability (R550 and a B200: CUDA 12.8's 570.26 is the first). None where the table does not know the cc."""
+    first = kb.first_cuda_for(cc)
+    release = kb.cuda_release(first["first_cuda"]) if first else None
+    if release is None:
+        return None
+    what = f"{gpu_name or 'a GPU'} (compute capability {cc}, {first['architecture']})"
+    evidence = {"driver": driver, "compute_capability": cc, "first_cuda": first["first_cuda"],
+                "minimum_driver": release.toolkit_driver}
+    if version_key(driver) >= version_key(release.toolkit_driver):
+        return Finding("compat.driver-gpu", "pass", subject, f"Driver {driver} supports {what}", evidence,
+                       source=first["source"])
+    return Finding("compat.driver-gpu", "fail", subject,
+                   f"Driver {driver} does not support {what}: it needs >= {release.toolkit_driver} (CUDA "
+                   f"{first['first_cuda']}, the first release for compute capability {cc})", evidence,
+                   f"Install NVIDIA driver >= {release.toolkit_driver} (the {release.toolkit_driver.split('.')[0]} "
+                   "branch or newer)", first["source"])
+
+
 def judge_torch_arch(subject: str, torch_version: str, variant: str, cc: str,
-                     arch_list: Optional[List[str]] = None) -> Finding:
+                     arch_list: Optional[List[str]] = None, driver: Optional[str] = None) -> Finding:
     row = kb.torch_arch(torch_version, variant)
     wheel = torch_version if "+" in torch_version else f"{torch_version}+{variant}"
     evidence = {"torch": torch_version, "cuda_variant": variant, "compute_capability": cc}
@@ -80,7 +100,7 @@ def judge_torch_arch(subject: str, torch_version: str, variant: str, cc: str,
                        {**evidence, "ptx": row["ptx"]}, "Use a wheel built for this GPU (e.g. a newer cu12x/cu13x build)",
                        source)
     severity = "warn" if inferred else "fail"
-    newer = _wheels_supporting(cc)
+    newer = _wheels_supporting(cc, driver)
     remedy = "Install a PyTorch wheel built for this GPU" + (f", e.g. {newer}" if newer else "")
     if inferred:
         evidence["note"] = "the arch list for this wheel is inferred, not measured"
@@ -89,12 +109,20 @@ def judge_torch_arch(subject: str, torch_version: str, variant: str, cc: str,
                    evidence, remedy, source)
 
 
-def _wheels_supporting(cc: str) -> Optional[str]:
+def _wheels_supporting(cc: str, driver: Optional[str] = None) -> Optional[str]:
+    """The newest wheel with kernels for `cc` that this driver also runs in full (never a remedy that compat itself
+    fails: a cu130 wheel for a 570 driver)."""
     major, minor = (int(p) for p in cc.split(".")[:2])
     for row in sorted(kb.torch_arch_rows(), key=lambda r: version_key(r["torch"]), reverse=True):
         sass = [(int(a[3:-1]), int(a[-1])) for a in row["arch_list"].split(";") if re.fullmatch(r"sm_\d+", a)]
-        if any(m == major and n <= minor for m, n in sass):
-            return f"torch {row['torch']} {row['cuda_variant']}"
+        if not any(m == major and n <= minor for m, n in sass):
+            continue
+        cuda = cuda_of_variant(row["cuda_variant"])
+        if driver and cuda:
+            release = kb.cuda_release(cuda)
+            if release is None or version_key(driver) < version_key(release.toolkit_driver):
+                continue
+        return f"torch {row['torch']}+{row['cuda_variant']}"
     return None
 
 
@@ -172,7 +200,8 @@ def torch_arch(snap, ctx):
         if cc is None or cc in seen:
             continue
         seen.add(cc)
-        findings.append(judge_torch_arch(gpu_subject(gpu), torch.version, variant, cc, torch.arch_list))
+        findings.append(judge_torch_arch(gpu_subject(gpu), torch.version, variant, cc, torch.arch_list,
+                                         snap.software.driver_version))
     return findings
 
 
@@ -249,8 +278,11 @@ def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[s
             raise bad_argument("cudnn", lambda name: f"needs {name('cuda')} or a {name('torch')} with a CUDA variant")
         findings.append(judge_cudnn("combination", cudnn, cuda or torch_cuda, driver))
     cc = _compute_capability(gpu_name, cc)
+    if cc:
+        for_gpu = judge_driver_for_gpu("combination", driver, cc, gpu_name)
+        findings += [for_gpu] if for_gpu else []
     if cc and torch_cuda:
-        findings.append(judge_torch_arch("combination", torch, variant, cc))
+        findings.append(judge_torch_arch("combination", torch, variant, cc, driver=driver))
     if variant == "cpu" or (variant or "").startswith("rocm"):
         findings.append(_not_for_nvidia(torch, variant, driver))
     if not findings:
@@ -258,6 +290,20 @@ def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[s
                                     "with the driver")
     from . import SEVERITY_RANK
     return sorted(findings, key=lambda f: SEVERITY_RANK[f.severity])
+
+
+@rule("compat.driver-gpu")
+def driver_gpu(snap, ctx):
+    """Each GPU model the host has, against the driver's branch."""
+    driver = snap.software.driver_version
+    seen, findings = set(), []
+    for gpu in all_gpus(snap) if driver else []:
+        cc = compute_capability(gpu)
+        if cc and cc not in seen:
+            seen.add(cc)
+            found = judge_driver_for_gpu(gpu_subject(gpu), driver, cc, gpu.name)
+            findings += [found] if found else []
+    return findings
 
 
 @rule("compat.nccl-cuda")
