@@ -71,7 +71,7 @@ def _test_hook(rank: int):
     return after_step
 
 
-TUNING_PREFIXES = ("NCCL_", "GLOO_", "OMP_", "TORCH_NCCL_")
+TUNING_PREFIXES = ("NCCL_", "GLOO_", "OMP_", "MKL_", "TORCH_NCCL_")
 
 
 def _tuning_env() -> dict:
