@@ -100,12 +100,14 @@ def burnin_figures(document: dict, free_mib: Dict[str, float]) -> dict:
         peak, limit = gpu.get("training_max_power_w"), gpu.get("power_limit_w")
         checked = (rank.get("memory") or {}).get("bytes") or 0
         free = free_mib.get(str(rank.get("gpu_uuid") or "").replace("GPU-", "")) or free_mib.get(str(rank.get("gpu_uuid")))
-        ranks.append({"rank": rank.get("rank"), "gpu": rank.get("gpu_uuid"),
+        ranks.append({"rank": rank.get("rank"), "gpu": rank.get("gpu_uuid"), "steps": rank.get("steps"),
+                      "setup_ms": rank.get("setup_ms"),
                       "power_share": round(peak / limit, 3) if peak and limit else None,
                       "memory_coverage": round(checked / (free * (1 << 20)), 3) if free else None})
     sweep = [row for rank in document.get("ranks", []) for row in rank.get("allreduce") or []]
-    return {"ranks": ranks, "peak_busbw_gbs": max((r["busbw_gbs"] for r in sweep), default=None),
-            "verdict": document.get("verdict")}
+    single = len(document.get("ranks", [])) < 2
+    return {"ranks": ranks, "peak_busbw_gbs": None if single else max((r["busbw_gbs"] for r in sweep), default=None),
+            "busbw_note": "n/a with one GPU" if single else None, "verdict": document.get("verdict")}
 
 
 def _run(argv: List[str], timeout: float) -> dict:
@@ -131,7 +133,7 @@ def free_memory_mib() -> Dict[str, float]:
     return {uuid.strip().replace("GPU-", ""): float(free) for uuid, free in pairs}
 
 
-def run_acceptance(duration: int, skip_apply: bool, all_reduce_perf: Optional[str]) -> dict:
+def run_acceptance(duration: int, skip_apply: bool, all_reduce_perf: Optional[str], out: Optional[Path] = None) -> dict:
     from gpuprep.importers import import_text
     result: dict = {"host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "steps": {}}
     steps = result["steps"]
@@ -166,6 +168,8 @@ def run_acceptance(duration: int, skip_apply: bool, all_reduce_perf: Optional[st
     backend = ["--backend", "nccl"] if gpus >= 2 else ["--nproc", "1"]
     burnin = _gpuprep("burnin", "--duration", f"{duration}s", *backend, "--json", timeout=duration * 6 + 300)
     steps["burnin"] = {"rc": burnin["rc"], "seconds": burnin["seconds"], "stderr": burnin["stderr"][-1500:]}
+    if out is not None:          # the raw report, kept whatever it says
+        (out / "burnin.json").write_text(burnin["stdout"] or "")
     try:
         figures = burnin_figures(json.loads(burnin["stdout"]), free)
         steps["burnin"].update(figures)
@@ -211,10 +215,12 @@ def text_report(result: dict) -> str:
     if "apply_check_diff" in steps:
         lines.append(f"apply --local --check --diff: exit {steps['apply_check_diff']['rc']}")
     burnin = steps.get("burnin", {})
+    busbw = burnin.get("busbw_note") or f"{burnin.get('peak_busbw_gbs')} GB/s"
     lines.append(f"burnin: verdict {burnin.get('verdict')} (exit {burnin.get('rc')}, {burnin.get('seconds')} s), "
-                 f"peak busbw {burnin.get('peak_busbw_gbs')} GB/s")
-    lines += [f"  rank {r['rank']}: power {r['power_share']} of the limit, memory check {r['memory_coverage']} "
-              f"of free memory" for r in burnin.get("ranks", [])]
+                 f"peak busbw {busbw}")
+    lines += [f"  rank {r['rank']}: {r.get('steps')} steps, set-up (model build + first step) {r.get('setup_ms')} ms, "
+              f"power {r['power_share']} of the limit, memory check {r['memory_coverage']} of free memory"
+              for r in burnin.get("ranks", [])]
     if "nccl_tests" in steps:
         nccl = steps["nccl_tests"]
         lines.append(f"nccl-tests all_reduce_perf: peak {nccl.get('peak_busbw_gbs')} GB/s, avg "
@@ -235,7 +241,7 @@ def main() -> int:
         return 2
     out = Path(args.out or f"gpu-acceptance-{socket.gethostname()}")
     out.mkdir(parents=True, exist_ok=True)
-    result = run_acceptance(args.duration, args.skip_apply, args.all_reduce_perf)
+    result = run_acceptance(args.duration, args.skip_apply, args.all_reduce_perf, out)
     (out / "acceptance.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     report = text_report(result)
     (out / "acceptance.txt").write_text(report)

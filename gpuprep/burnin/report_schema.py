@@ -52,6 +52,7 @@ class RankFields:
     gpu_name: Optional[str] = None
     pci_bus_id: Optional[str] = None
     steps: Optional[int] = None
+    setup_ms: Optional[float] = None
     env: Optional[Dict[str, str]] = None
     compute_ms: Optional[List[float]] = None
     step_ms: Optional[List[float]] = None
