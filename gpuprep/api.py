@@ -284,8 +284,9 @@ def burnin(seconds: float = 60.0, *, ranks: Optional[int] = None, backend: str =
 
 
 @dataclass
-class DiagnoseResult:
-    """A training job judged from its profiler traces: each rank's facts and the findings (job.* ids)."""
+class JobResult:
+    """A training job judged, from its profiler traces (diagnose: `facts` a job.facts.JobFacts) or from samples of
+    it running (watch: a job.facts.WatchFacts): each rank's facts and the findings (job.* ids)."""
     facts: Any
     findings: List[Finding]
     node: Optional[Snapshot] = None
@@ -295,12 +296,17 @@ class DiagnoseResult:
         return worst(self.findings)
 
     def document(self) -> dict:
-        """The versioned JSON document `gpuprep diagnose --json` prints."""
-        from .report import diagnose_document
-        return diagnose_document(self.facts, self.findings, self.node)
+        """The versioned JSON document `gpuprep diagnose --json` or `gpuprep watch --json` prints."""
+        from .job.facts import WatchFacts
+        from .report import diagnose_document, watch_document
+        build = watch_document if isinstance(self.facts, WatchFacts) else diagnose_document
+        return build(self.facts, self.findings, self.node)
 
 
-def diagnose(paths: Sequence[str], *, node: Optional[Snapshot] = None) -> DiagnoseResult:
+DiagnoseResult = WatchResult = JobResult      # the names each command's users know
+
+
+def diagnose(paths: Sequence[str], *, node: Optional[Snapshot] = None) -> JobResult:
     """Why a training job under-uses its GPUs, from its PyTorch profiler (Kineto) traces: `paths` are trace files
     (.json, .json.gz) or directories of them, one file per rank. `node`, the snapshot of the host the job ran on
     (api.snapshot()), joins what the node explains (its PCIe links, NUMA layout, throttling, NCCL transport).
@@ -314,27 +320,11 @@ def diagnose(paths: Sequence[str], *, node: Optional[Snapshot] = None) -> Diagno
     if node is not None and not isinstance(node, Snapshot):
         raise bad_argument("node", "must be a Snapshot (api.snapshot())")
     facts = diagnose_traces(list(paths))
-    return DiagnoseResult(facts, judge(Job(facts, node)), node)
-
-
-@dataclass
-class WatchResult:
-    """A running job watched: each rank's samples (`facts`) and the findings (the same job.* ids as diagnose)."""
-    facts: Any
-    findings: List[Finding]
-    node: Optional[Snapshot] = None
-
-    @property
-    def verdict(self) -> str:
-        return worst(self.findings)
-
-    def document(self) -> dict:
-        from .report import watch_document
-        return watch_document(self.facts, self.findings, self.node)
+    return JobResult(facts, judge(Job(facts, node)), node)
 
 
 def watch(pid: Optional[int] = None, *, command: Optional[Sequence[str]] = None, seconds: Optional[float] = None,
-          interval: float = 1.0, node: Optional[Snapshot] = None, on_sample=None) -> WatchResult:
+          interval: float = 1.0, node: Optional[Snapshot] = None, on_sample=None) -> JobResult:
     """Why a running job under-uses its GPUs, sampled from outside it without touching its code: `pid` (a torchrun
     agent, a rank, or any process whose children are the ranks), or `command`, which this starts (with NCCL's log
     and PyTorch's flight recorder on) and waits for. Samples every `interval` s for `seconds` (None: until the job
@@ -354,4 +344,4 @@ def watch(pid: Optional[int] = None, *, command: Optional[Sequence[str]] = None,
     from .job.facts import JobFacts
     from .job.judge import Job, judge
     facts = watch_job(pid, list(command) if command is not None else None, seconds, interval, on_sample)
-    return WatchResult(facts, judge(Job(JobFacts([]), node, facts)), node)
+    return JobResult(facts, judge(Job(JobFacts([]), node, facts)), node)

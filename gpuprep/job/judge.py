@@ -40,6 +40,14 @@ class Job:
 
 
 JOB_RULES: List[Callable[[Job], List[Finding]]] = []
+
+# the fixes, worded once for a cause whether a trace or a running job showed it
+REMEDY = {
+    "straggler": "Look at what differs on this rank: its GPU's clocks and throttle reasons (`gpuprep check`), its "
+                 "data shard, its CPU binding (`gpuprep plan`)",
+    "memory": "Activation checkpointing (torch.utils.checkpoint), mixed precision, a smaller micro-batch with "
+              "gradient accumulation",
+}
 job_rule = registrar(JOB_RULES)
 
 
@@ -277,8 +285,7 @@ def straggler(job: Job) -> List[Finding]:
                                f"{baseline:.1f} ms on the others, who wait for it in every collective",
                                {"work_ms": round(mine, 2), "others_median_ms": round(baseline, 2),
                                 "per_rank_work_ms": {str(k): round(v, 2) for k, v in sorted(work.items())}},
-                               "Look at what differs on this rank: its GPU's clocks and throttle reasons "
-                               "(`gpuprep check`), its data shard, its CPU binding (`gpuprep plan`)",
+                               REMEDY["straggler"],
                                source("straggler_pct")))
     return out
 
@@ -287,8 +294,7 @@ def straggler(job: Job) -> List[Finding]:
 def memory_full(job: Job) -> List[Finding]:
     return [Finding("job.memory-full", "warn", _who(r), f"GPU memory peaked at {r.peak_memory_pct:.0f}% of the "
                     "device: the allocator is close to out-of-memory and to its cache thrashing",
-                    {"peak_memory_pct": r.peak_memory_pct}, "Activation checkpointing "
-                    "(torch.utils.checkpoint), mixed precision, a smaller micro-batch with gradient accumulation",
+                    {"peak_memory_pct": r.peak_memory_pct}, REMEDY["memory"],
                     source("memory_pct"))
             for r in job.facts.ranks if r.peak_memory_pct is not None and r.peak_memory_pct > limit("memory_pct")]
 
@@ -418,8 +424,7 @@ def _straggler(slow: WatchRank, waiting: List[WatchRank]) -> Finding:
                    f"{_who_pid(slow)} is the straggler: the other {len(waiting)} rank(s) wait for it ({how})",
                    {"waiting": {str(r.rank): _stack(r, "collective") for r in waiting},
                     "straggler_main_thread": slow.main_thread},
-                   "Look at what differs on this rank: its GPU's clocks and throttle reasons (`gpuprep check`), "
-                   "its data shard, its CPU binding (`gpuprep plan`)", source("straggler_pct"))
+                   REMEDY["straggler"], source("straggler_pct"))
 
 
 def _exposed(job: Job, ranks: List[WatchRank]) -> List[Finding]:
@@ -494,7 +499,7 @@ def watch_throttled(job: Job) -> List[Finding]:
 def watch_memory(job: Job) -> List[Finding]:
     return [Finding("job.memory-full", "warn", _who_pid(r), f"GPU memory reached {max(m for m in r.memory_pct if m is not None):.0f}%"
                     " of the device", {"gpu": r.gpu, "memory_max_pct": max(m for m in r.memory_pct if m is not None)},
-                    "Activation checkpointing, mixed precision, a smaller micro-batch with gradient accumulation",
+                    REMEDY["memory"],
                     source("memory_pct"))
             for r in _watched(job) if any(m is not None and m > limit("memory_pct") for m in r.memory_pct)]
 

@@ -373,15 +373,7 @@ def sample(index: int, nvml: Any = None, uuid: Optional[str] = None) -> Optional
     their index orders differ; a MIG instance's UUID reads its parent GPU) during a burn-in: clocks,
     temperature, power against its limit, throttle reasons and ECC counters, and `failure` when NVML says
     the GPU itself is gone. None when NVML is unavailable or does not know the GPU."""
-    nvml = nvml if nvml is not None else load_library()
-    if nvml is None:
-        return None
-    try:
-        nvml.nvmlInit()
-    except (getattr(nvml, "NVMLError", OSError), OSError):
-        return None
-    try:
-        ask = _Asker(nvml)
+    def read(nvml, ask):
         h = _handle_for(nvml, ask, index, uuid)
         if h is None:
             return {"failure": ask.fatal[0]} if ask.fatal else None
@@ -405,17 +397,21 @@ def sample(index: int, nvml: Any = None, uuid: Optional[str] = None) -> Optional
         if ask.fatal:
             reading["failure"] = ask.fatal[0]
         return reading
-    finally:
-        try:
-            nvml.nvmlShutdown()
-        except nvml.NVMLError:
-            pass
+    return _in_session(nvml, read)
 
 
 def job_sample(nvml: Any = None) -> Optional[List[dict]]:
     """One reading of every GPU for `gpuprep watch` (one NVML session): utilisation, SM clock against its maximum,
     power against the enforced limit, memory, PCIe throughput, clock event reasons and the compute processes
     (which PIDs run on it). None when NVML is unavailable; a GPU's field NVML cannot give is None."""
+    def read(nvml, ask):
+        count = ask(getattr(nvml, "nvmlDeviceGetCount", None)) or 0
+        return [_job_reading(nvml, ask, index) for index in range(count)]
+    return _in_session(nvml, read)
+
+
+def _in_session(nvml: Any, read: Callable[[Any, "_Asker"], Any]):
+    """`read(nvml, ask)` inside one NVML session (init, then shutdown whatever happens); None without NVML."""
     nvml = nvml if nvml is not None else load_library()
     if nvml is None:
         return None
@@ -424,9 +420,7 @@ def job_sample(nvml: Any = None) -> Optional[List[dict]]:
     except (getattr(nvml, "NVMLError", OSError), OSError):
         return None
     try:
-        ask = _Asker(nvml)
-        count = ask(getattr(nvml, "nvmlDeviceGetCount", None)) or 0
-        return [_job_reading(nvml, ask, index) for index in range(count)]
+        return read(nvml, _Asker(nvml))
     finally:
         try:
             nvml.nvmlShutdown()
