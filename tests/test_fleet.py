@@ -169,8 +169,11 @@ def test_host_without_gpus_skips_the_gpu_roles(tmp_path):
     try:
         node_exec(name, "systemctl", "is-system-running", "--wait")
         inventory = write_inventory(tmp_path / "nogpu.yml", [name])
-        done, doc = apply("-i", str(inventory), "--tags", "gpu_persistence,gpu_clocks,nccl_env")
+        done, doc = apply("-i", str(inventory), "--tags", "gpu_persistence,gpu_clocks,nccl_env,container_toolkit")
         assert done.returncode == 0, doc
+        # the toolkit is for GPU hosts: it installed its repository and package on any host
+        assert node_exec(name, "test", "-e", "/etc/apt/sources.list.d/nvidia-container-toolkit.list").returncode != 0
+        assert not [t for t in doc["hosts"][name]["changed_tasks"] if "container_toolkit" in t]
         listing = node_exec(name, "lscpu", "-p=CORE,SOCKET").stdout.splitlines()
         cores = len({line for line in listing if not line.startswith("#")})     # no GPU: all physical cores
         assert f'OMP_NUM_THREADS="{cores}"' in node_exec(name, "cat", "/etc/gpuprep/env").stdout.splitlines()

@@ -38,6 +38,17 @@ def node(tmp_path_factory):
         remove_nodes([NAME])
 
 
+def test_an_offline_dry_run_previews_every_role_and_says_what_it_could_not(node, tmp_path):
+    """On a node with no network, `apply --check --diff` stopped at container_toolkit's "Fetch the repository
+    signing key" (name resolution), so nccl_env and system_tuning were never previewed."""
+    done = run_cli("apply", "-i", str(node), "--check", "--diff", "--tags", "container_toolkit,nccl_env,system_tuning",
+                   "-e", "container_toolkit_repo_trusted=false", timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert 'NCCL_SOCKET_IFNAME="=lo"' in done.stdout                       # nccl_env's file, previewed
+    assert "Would fetch the repository signing key" in done.stdout         # what a dry run does not do, said
+    assert node_exec(NAME, "test", "-e", "/etc/gpuprep/env").returncode != 0      # and nothing changed
+
+
 def test_a_node_gpuprep_tuned_passes_gpupreps_burn_in_with_the_values_apply_wrote(node, tmp_path):
     done = run_cli("apply", "-i", str(node), "--tags", "nccl_env,system_tuning", "--json", timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
