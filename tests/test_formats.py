@@ -3,6 +3,7 @@ copies of one), Prometheus text through prometheus_client's parser, JUnit XML ag
 and the HTML page rendered by a real headless chromium (screenshot checked)."""
 import copy
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -185,7 +186,39 @@ def test_html_single_host_topology_places_gpus_and_nics_on_their_numa_nodes(tmp_
     dom = screenshot(page, tmp_path / "asus.png")
     svg = dom[dom.index('<svg class="topology"'):dom.index("</svg>")]
     # NUMA node 0 holds GPU0, GPU1 and mlx5_0, mlx5_1 (topo -m: NODE/PIX), node 1 the others; none is unknown
-    node0, node1 = svg.index("NUMA node 0"), svg.index("NUMA node 1")
-    assert node0 < svg.index(">GPU1<") < svg.index(">mlx5_1<") < node1 < svg.index(">GPU2<") < svg.index(">mlx5_3<")
+    def x_of(label):
+        return float(re.search(rf'<text x="([0-9.]+)"[^>]*>{re.escape(label)}<', svg).group(1))
+    node0, node1 = x_of("NUMA node 0"), x_of("NUMA node 1")
+    assert node0 < x_of("GPU1") < node1 and node0 < x_of("mlx5_1") < node1
+    assert node1 < x_of("GPU2") and node1 < x_of("mlx5_3")
     assert "NUMA node unknown" not in svg
     assert colour_share(tmp_path / "asus.png", (0xd9, 0xf2, 0xd9)) > 0.001
+
+
+def dark_green_share(png: Path) -> float:
+    """The share of pixels in the NVLink stroke's dark green (#2a7, drawn at 0.7 opacity): the GPU boxes' light
+    green fill and the page's grey and white do not count."""
+    from PIL import Image
+    image = Image.open(png).convert("RGB")
+    colours = image.getcolors(maxcolors=1 << 24)
+    near = sum(count for count, (r, g, b) in colours if g > 140 and r < 130 and b < 170 and g - r > 60)
+    return near / (image.width * image.height)
+
+
+@pytest.mark.skipif(not chromium(), reason="needs chromium (apt-get install chromium)")
+def test_html_shows_every_nvlink_of_an_8_gpu_mesh_with_whole_names_a_gpu_table_and_the_xids(tmp_path):
+    """The links were drawn under the opaque NUMA boxes (an NV18 mesh showed as one green stub), GPU names were
+    cut ("H100 80GB HB"), and the page had no GPU table and no Xid list."""
+    page = tmp_path / "h100.html"
+    args = ["--from", corpus("h100-sxm-x8.nvidia-smi-q.txt"), "--from", corpus("h100-x8-stas.topo-m.txt"),
+            "--from", corpus("xid64-xid94-imbue-h100.dmesg-lines.txt"), "--allow-mixed"]
+    assert run_cli("check", *args, "--format", "html", "-o", str(page)).returncode in (0, 1)
+    dom = screenshot(page, tmp_path / "h100.png", 2400)
+    svg = dom[dom.index('<svg class="topology"'):dom.index("</svg>")]
+    assert svg.count('class="nvlink"') == 28                      # every pair of 8 GPUs (NV18)
+    assert svg.index('class="numa"') < svg.index('class="nvlink"') < svg.index('class="gpu"')   # drawn above
+    assert ">H100 80GB HBM3<" in svg
+    gpus = dom[dom.index('class="gpus"'):]
+    gpus = gpus[:gpus.index("</table>")]
+    assert gpus.count("H100 80GB HBM3</td>") == 8 and 'class="xids"' in dom
+    assert dark_green_share(tmp_path / "h100.png") > 0.002        # the links are visible in the picture

@@ -47,7 +47,15 @@ def _host_view(name: str, entry: dict) -> dict:
              "driver": software.get("driver_version"), "CUDA (driver API)": software.get("cuda_driver_version"),
              "GPUs": ", ".join(sorted({g.get("name") or "?" for g in snap.get("gpus") or []})) or "none",
              **_fabric_facts(snap)}
-    return {"name": name, "status": "checked", "problem": None, "verdict": check["verdict"],
+    gpus = [{"index": g.get("index"), "name": g.get("name"), "bus": g.get("pci_bus_id"),
+             "memory": g.get("memory_total_mib"), "temperature": g.get("temperature_c"),
+             "power": g.get("power_draw_w"), "limit": g.get("power_limit_w"),
+             "pcie": (f"Gen{g.get('pcie_gen_current')} x{g.get('pcie_width_current')}"
+                      if g.get("pcie_width_current") else None)} for g in snap.get("gpus") or []]
+    xids = [{"code": x.get("code"), "pci": x.get("pci"), "time": x.get("time"), "message": x.get("message")}
+            for x in (snap.get("xids") or [])[-50:]]
+    return {"name": name, "status": "checked", "problem": None, "verdict": check["verdict"], "gpus": gpus,
+            "xids": xids,
             "summary": check["summary"], "facts": {k: v for k, v in facts.items() if v},
             "findings": [f for f in check["findings"] if f["severity"] != "pass"],
             "passed": sum(1 for f in check["findings"] if f["severity"] == "pass"),

@@ -8,7 +8,8 @@ from html import escape
 from typing import Dict, List, Optional, Tuple
 
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
-_BOX_W, _BOX_H, _GAP = 78, 44, 14
+_BOX_W, _BOX_H, _GAP = 112, 44, 14
+_NAME_CHARS = 20        # "H100 80GB HBM3", "A100-SXM4-80GB", "RTX PRO 6000 Blac..."
 
 
 def _text(x: float, y: float, text: str, size: int = 11, anchor: str = "middle", weight: str = "normal") -> str:
@@ -21,7 +22,8 @@ def _gpu_devices(snapshot: dict, affinity: dict) -> List[dict]:
     for gpu in snapshot.get("gpus") or []:
         key = f"GPU{gpu['index']}" if gpu.get("index") is not None else (gpu.get("pci_bus_id") or "GPU?")
         node = gpu.get("numa_node") if gpu.get("numa_node") is not None else affinity.get(key)
-        out.append({"key": key, "label": key, "sub": (gpu.get("name") or "").replace("NVIDIA ", "")[:12],
+        name = (gpu.get("name") or "").replace("NVIDIA ", "")
+        out.append({"key": key, "label": key, "sub": name if len(name) <= _NAME_CHARS else name[:_NAME_CHARS - 1] + "…",
                     "kind": "gpu", "node": node})
     return out
 
@@ -68,16 +70,17 @@ def topology(snapshot: dict, bad_gpus: frozenset = frozenset()) -> str:
     if not by_key:
         return ""
     nodes = sorted(by_node, key=lambda n: (n is None, n if n is not None else 0))
-    x, boxes, positions = 10.0, [], {}
-    top, height = 60.0, 2 * _BOX_H + 3 * _GAP + 24
+    x, regions, boxes, positions = 10.0, [], [], {}
+    span = sum(max(1, len(by_node[n])) for n in nodes)       # the widest arc's lift decides the room above
+    top, height = 40.0 + _lift(span) / 2, 2 * _BOX_H + 3 * _GAP + 24
     for node in nodes:
         gpus = [d for d in by_node[node] if d["kind"] == "gpu"]
         nics = [d for d in by_node[node] if d["kind"] == "nic"]
         columns = max(len(gpus), len(nics), 1)
         width = columns * (_BOX_W + _GAP) + _GAP
         title = f"NUMA node {node}" if node is not None else "NUMA node unknown"
-        boxes.append(f'<rect x="{x:.1f}" y="{top:.1f}" width="{width:.1f}" height="{height:.1f}" rx="8" '
-                     f'fill="#f4f6fa" stroke="#8899aa"/>' + _text(x + 8, top + 16, title, 12, "start", "bold"))
+        regions.append(f'<rect class="numa" x="{x:.1f}" y="{top:.1f}" width="{width:.1f}" height="{height:.1f}" '
+                       f'rx="8" fill="#f4f6fa" stroke="#8899aa"/>' + _text(x + 8, top + 16, title, 12, "start", "bold"))
         for row, devices in ((0, gpus), (1, nics)):
             for i, device in enumerate(devices):
                 bx = x + _GAP + i * (_BOX_W + _GAP)
@@ -95,8 +98,16 @@ def topology(snapshot: dict, bad_gpus: frozenset = frozenset()) -> str:
               '<line x1="150" y1="16" x2="190" y2="16" stroke="#2a7" stroke-width="3"/>' +
               _text(205, 20, "PCIe switch (PIX/PXB)", 11, "start") +
               '<line x1="345" y1="16" x2="385" y2="16" stroke="#c60" stroke-width="2" stroke-dasharray="5,3"/>')
+    # NUMA regions first, then the links, then the devices: a link under an opaque region was invisible (an 8-GPU
+    # NV18 mesh showed as one stub)
     return (f'<svg class="topology" xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{full_height:.0f}" '
-            f'viewBox="0 0 {width:.0f} {full_height:.0f}">' + legend + "".join(links) + "".join(boxes) + "</svg>")
+            f'viewBox="0 0 {width:.0f} {full_height:.0f}">' + legend + "".join(regions) + "".join(links) +
+            "".join(boxes) + "</svg>")
+
+
+def _lift(boxes_apart: float) -> float:
+    """How far an NVLink arc rises: further apart, higher, so the arcs of a mesh stay apart."""
+    return 24 + 14 * boxes_apart
 
 
 def _links(snapshot: dict, positions: Dict[str, tuple]) -> List[str]:
@@ -111,7 +122,7 @@ def _links(snapshot: dict, positions: Dict[str, tuple]) -> List[str]:
             (xa, ya), (xb, yb) = positions[pair[0]], positions[pair[1]]
             if kind.startswith("NV"):
                 count = int(kind[2:]) if kind[2:].isdigit() else 1
-                lift = 18 + 6 * abs(xb - xa) / (_BOX_W + _GAP)
+                lift = _lift(abs(xb - xa) / (_BOX_W + _GAP))
                 out.append(f'<path class="nvlink" d="M{xa:.1f},{ya:.1f} Q{(xa + xb) / 2:.1f},{ya - lift:.1f} '
                            f'{xb:.1f},{yb:.1f}" fill="none" stroke="#2a7" stroke-opacity="0.7" '
                            f'stroke-width="{min(1 + math.log2(count + 1), 6):.1f}"/>')
