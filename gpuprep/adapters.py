@@ -50,7 +50,7 @@ def is_own_reason(reason: str) -> bool:
 
 def log_lines(found: Sequence[Finding]) -> List[str]:
     """Every problem on a line of its own (for the journal): id, severity, subject, title."""
-    return [_printable(f"{f.id} {f.severity} {f.subject}: {f.title}") for f in found]
+    return [_printable(f"{f.id} {f.severity} {f.subject}: {f.title} [action: {f.action}]") for f in found]
 
 
 def npd(found: Sequence[Finding]) -> Tuple[int, str]:
@@ -58,7 +58,7 @@ def npd(found: Sequence[Finding]) -> Tuple[int, str]:
     and a message NPD cuts at 80 characters, so it starts with the check id and subject."""
     if not found:
         return 0, "gpuprep: healthy"
-    return 1, (headline(found) + ": " + _printable(found[0].title))[:NPD_MESSAGE_LIMIT]
+    return 1, (headline(found) + f" [{found[0].action}]: " + _printable(found[0].title))[:NPD_MESSAGE_LIMIT]
 
 
 def npd_unknown(message: str) -> Tuple[int, str]:

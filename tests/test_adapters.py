@@ -290,3 +290,16 @@ def test_a_health_check_while_another_hook_holds_the_lock_changes_nothing(tmp_pa
     done = run_cli("slurm", "healthcheck", "--from", corpus(FAILING), "--scontrol", scontrol, "--node", "node1",
                    "--baseline-dir", str(tmp_path / "state"))
     assert done.returncode == 1 and "DRAIN" in log.read_text()
+
+
+def test_every_finding_carries_a_machine_readable_action():
+    """gpud's scan gives repair actions where gpuprep's remedies were free text only."""
+    from gpuprep.rules import ACTIONS
+    doc = api.check([corpus(FAILING)]).document()
+    assert all(f["action"] in ACTIONS for f in doc["findings"])
+    assert {(f["id"], f["action"]) for f in doc["findings"] if f["severity"] == "fail"} == {("gpu.row-remap", "reset-gpu")}
+    assert all(f["action"] == "none" for f in doc["findings"] if f["severity"] == "pass")
+    from gpuprep.report import render
+    assert 'gpuprep_check_actions{action="reset-gpu"' in render(doc, "prometheus")
+    code, line = adapters.npd(adapters.problems(api.check([corpus(FAILING)]).findings, {}))
+    assert code == 1 and "[reset-gpu]" in line and len(line) <= 80

@@ -50,6 +50,13 @@ def _host(metrics: _Metrics, host: str, entry: dict) -> None:
                              ["host", "id", "severity"])
     for (check_id, severity), count in sorted(counts.items()):
         findings.labels(host, check_id, severity).set(count)
+    actions = Counter((f["id"], f.get("action") or "none") for f in check["findings"]
+                      if f.get("action") not in (None, "none"))
+    wanted = metrics.gauge("gpuprep_check_actions", "failing or warning findings of one check id that want this "
+                           "repair action on the host (none, reapply, reset-gpu, reboot, drain, ...)",
+                           ["host", "id", "action"])
+    for (check_id, action), count in sorted(actions.items()):
+        wanted.labels(host, check_id, action).set(count)
     gpus = check["snapshot"].get("gpus")
     metrics.gauge("gpuprep_gpu_count", "GPUs the host's driver reports", ["host"]).labels(host).set(len(gpus or []))
 

@@ -25,9 +25,35 @@ class Finding:
     def area(self) -> str:
         return self.id.split(".", 1)[0]
 
+    @property
+    def action(self) -> str:
+        """What a machine should do about it, from a small documented set (ACTIONS), beside the free-text remedy."""
+        return action_of(self.severity, self.remedy)
+
     def to_dict(self) -> dict:
         return {"id": self.id, "severity": self.severity, "subject": self.subject, "title": self.title,
-                "evidence": self.evidence, "remedy": self.remedy, "source": self.source}
+                "evidence": self.evidence, "remedy": self.remedy, "source": self.source, "action": self.action}
+
+
+# A finding's repair action, read from its remedy by the first pattern that matches (the most drastic first); a
+# pass or an info needs none. The set is public (docs/checks.md): gpud-style machine-actionable repairs.
+ACTIONS = ("none", "replace-hardware", "reboot", "reset-gpu", "upgrade-driver", "reapply", "drain", "fix-config")
+_ACTION_PATTERNS = (
+    ("replace-hardware", r"\bRMA\b|reseat|replace the (gpu|card|cable|transceiver)"),
+    ("reboot", r"\breboot\b"),
+    ("reset-gpu", r"nvidia-smi -r\b|reset (it|the gpu)"),
+    ("upgrade-driver", r"install nvidia driver|driver >=|upgrade the driver"),
+    ("reapply", r"gpuprep apply"),
+    ("drain", r"\bdrain\b"),
+)
+
+
+def action_of(severity: str, remedy: Optional[str]) -> str:
+    if severity in ("pass", "info") or not remedy:
+        return "none"
+    import re
+    text = remedy.lower()
+    return next((action for action, pattern in _ACTION_PATTERNS if re.search(pattern, text)), "fix-config")
 
 
 @dataclass
