@@ -72,9 +72,12 @@ def profile(name_or_path: Optional[str]) -> Dict[str, Any]:
 
 def check(sources: Sequence[str] = (), *, facts: Optional[Snapshot] = None, profile_name: Optional[str] = None,
           require_gpu: bool = False, skip: Sequence[str] = (), only: Sequence[str] = (), root: str = "/",
-          docker: bool = True, deep: bool = False, allow_mixed: bool = False, dcgm_level: int = 1) -> CheckResult:
+          docker: bool = True, deep: bool = False, allow_mixed: bool = False, dcgm_level: int = 1,
+          baseline: Optional[Snapshot] = None) -> CheckResult:
     """Judge one host: `facts` if given, else `sources` (captures), else this host. `skip`/`only` take check ids
-    or areas (gpu, driver, ...); what they remove is returned as `waived`, never dropped silently."""
+    or areas (gpu, driver, ...); what they remove is returned as `waived`, never dropped silently. `baseline`, a
+    snapshot of this node when it was known good (`gpuprep snapshot -o`), adds what changed since, with the fleet
+    drift's ids (driver, firmware, clocks, link widths, GPU count, NIC rates...)."""
     from . import arguments as a
     from .rules import Context, check_filters, judge_all, select
     a.texts("sources", sources), a.texts("skip", skip), a.texts("only", only)
@@ -82,11 +85,18 @@ def check(sources: Sequence[str] = (), *, facts: Optional[Snapshot] = None, prof
     a.flag("require_gpu", require_gpu)
     if facts is not None and not isinstance(facts, Snapshot):
         raise bad_argument("facts", "must be a Snapshot (api.snapshot())")
+    if baseline is not None and not isinstance(baseline, Snapshot):
+        raise bad_argument("baseline", "must be a Snapshot (api.snapshot(), or a saved one read back)")
     check_filters(skip, only)
     context = Context(profile=profile(profile_name), require_gpu=require_gpu)
     snap = facts if facts is not None else snapshot(sources, root=root, docker=docker, deep=deep,
                                                    allow_mixed=allow_mixed, dcgm_level=dcgm_level)
-    kept, waived = select(judge_all(snap, context), skip, only)
+    judged = judge_all(snap, context)
+    if baseline is not None:
+        from .report import host_name
+        from .rules.drift import drift_findings, fleet_drift
+        judged += drift_findings(fleet_drift({host_name(snap): snap}, baseline), host_name(baseline))
+    kept, waived = select(judged, skip, only)
     return CheckResult(snap, kept, waived, profile_name)
 
 

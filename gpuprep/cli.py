@@ -229,7 +229,8 @@ def _emit(document: dict, fmt: str, output, verbose: bool = False, drift_groups:
 @_fleet_options
 @click.option("--drift", "show_drift", is_flag=True, help="Fleet: show every drifting fact with its groups of hosts.")
 @click.option("--baseline", metavar="HOST|SNAPSHOT", help="Fleet: measure drift against this host or snapshot "
-                                                          "instead of the majority.")
+                                                          "instead of the majority. One host: report what changed "
+                                                          "since this snapshot of it (gpuprep snapshot -o FILE).")
 @_format_options
 @click.option("--profile", metavar="NAME|FILE.toml", help="Node profile: dev, training, inference, or a TOML file.")
 @click.option("--skip", multiple=True, metavar="ID", help="Waive a check id (or a whole area). Repeatable.")
@@ -266,8 +267,14 @@ def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, 
     if inventory or members is not None:
         return _check_fleet(inventory, limit, forks, members, context, skip, only, baseline, show_drift, fmt, output,
                             verbose)
-    if baseline or show_drift:
-        raise BadInput("--baseline and --drift compare hosts: give -i INVENTORY or snapshots of several hosts")
+    if show_drift:
+        raise BadInput("--drift compares hosts: give -i INVENTORY or snapshots of several hosts")
+    baseline_snap = None
+    if baseline:        # one host against its own known-good snapshot (gpuprep snapshot -o baseline.json)
+        if not os.path.isfile(baseline):
+            raise BadInput(f"--baseline {baseline}: for one host, a snapshot file (gpuprep snapshot -o FILE)")
+        from .importers import import_files
+        baseline_snap = import_files([baseline])
     if facts_only and require_gpu:
         raise BadInput("--facts-only judges nothing, so --require-gpu cannot fail it: drop one of them")
     snap = _gather(list(sources), root, no_docker, allow_mixed, deep, dcgm_level)
@@ -279,7 +286,8 @@ def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, 
             click.echo(snap.to_json())
         return EXIT_OK
     from . import api
-    document = api.check(facts=snap, profile_name=profile, require_gpu=require_gpu, skip=skip, only=only).document()
+    document = api.check(facts=snap, profile_name=profile, require_gpu=require_gpu, skip=skip, only=only,
+                         baseline=baseline_snap).document()
     _emit(document, fmt, output, verbose)
     return _verdict_exit(document)
 

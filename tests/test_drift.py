@@ -84,3 +84,26 @@ def test_a_baseline_outside_the_fleet_makes_every_different_host_odd(h100):
     golden.software.driver_version = "570.86.15"
     golden.env = {"NCCL_IB_HCA": "mlx5", "OMP_NUM_THREADS": "8"}
     assert drifting(fleet(h100), golden)["drift.driver"] == ["n0", "n1", "n2", "n3"]
+
+
+def test_one_host_against_its_own_known_good_snapshot(tmp_path):
+    """NHC's nhc-genconf idea: `snapshot -o baseline.json` on a good node, later `check --baseline baseline.json`
+    says what changed on this host since, with the fleet drift's ids."""
+    import json
+    from conftest import corpus, run_cli
+    good = run_cli("snapshot", "--from", corpus("h100-sxm-x8.nvidia-smi-q.txt"))
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(good.stdout)
+    now = json.loads(good.stdout)
+    now["software"]["driver_version"] = "550.54.15"           # the driver moved since
+    now["gpus"][3]["pcie_width_max"] = 8                       # and a GPU's link trained narrower
+    now["gpus"] = now["gpus"][:7]                               # and a GPU is gone
+    changed = tmp_path / "now.json"
+    changed.write_text(json.dumps(now))
+    done = run_cli("check", "--from", str(changed), "--baseline", str(baseline), "--json")
+    doc = json.loads(done.stdout)
+    drift = {f["id"]: f for f in doc["findings"] if f["id"].startswith("drift.")}
+    assert {"drift.driver", "drift.gpu-count"} <= set(drift), sorted(drift)
+    assert "differs from the baseline's 565.57.01" in drift["drift.driver"]["title"]
+    same = json.loads(run_cli("check", "--from", str(baseline), "--baseline", str(baseline), "--json").stdout)
+    assert not [f for f in same["findings"] if f["id"].startswith("drift.")]

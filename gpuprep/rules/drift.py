@@ -244,8 +244,9 @@ def fleet_drift(snapshots: Dict[str, Snapshot], baseline: Optional[Snapshot] = N
     return found
 
 
-def drift_findings(drifts: Iterable[Drift]) -> List[Finding]:
-    """One finding per host that differs (subject: the host), or one for the fleet when it splits evenly."""
+def drift_findings(drifts: Iterable[Drift], baseline_name: Optional[str] = None) -> List[Finding]:
+    """One finding per host that differs (subject: the host), or one for the fleet when it splits evenly.
+    `baseline_name`: one host judged against a baseline snapshot (check --baseline FILE) of that name."""
     findings = []
     for d in drifts:
         fact = d.fact
@@ -258,9 +259,10 @@ def drift_findings(drifts: Iterable[Drift]) -> List[Finding]:
             continue
         agreeing = sum(1 for v in d.values.values() if v == d.reference)
         for host in d.odd:
+            against = (f"the baseline's {d.reference} ({baseline_name})" if baseline_name else
+                       f"the fleet's {d.reference} ({agreeing} of {len(d.values)} host(s))")
             findings.append(Finding(fact.id, fact.severity, host,
-                                    f"{fact.label} {d.values[host]} differs from the fleet's {d.reference} "
-                                    f"({agreeing} of {len(d.values)} host(s))",
+                                    f"{fact.label} {d.values[host]} differs from {against}",
                                     {"value": d.values[host], "fleet_value": d.reference, "hosts_agreeing": agreeing},
                                     _remedy(fact), "fleet drift"))
     return findings
