@@ -4,7 +4,6 @@ GPU's utilisation, clocks, throttle reasons, memory and the job's real PIDs as i
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +24,22 @@ def watched(args, env=None, timeout=180):
     done = run_cli("watch", "--json", *args, env=env, timeout=timeout)
     assert done.stdout.startswith("{"), done.stderr[-2000:]
     return done, json.loads(done.stdout)
+
+
+def kill_tree(job):
+    """The job and every process under it: torchrun starts its ranks in sessions of their own."""
+    import psutil
+    try:
+        family = psutil.Process(job.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        family = []
+    for proc in family:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    job.kill()
+    job.wait()
 
 
 def warned(doc):
@@ -86,8 +101,7 @@ def test_a_hung_collective_names_the_rank_that_never_joined(tmp_path):
         time.sleep(3)
         done, doc = watched(["--pid", str(job.pid), "--duration", "10"])
     finally:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
+        kill_tree(job)
     assert done.returncode == 1 and ("job.hung-rank", "rank 1") in warned(doc), doc["findings"]
 
 
