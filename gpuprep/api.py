@@ -334,11 +334,12 @@ def diagnose(paths: Sequence[str], *, node: Optional[Snapshot] = None) -> JobRes
 
 
 def watch(pid: Optional[int] = None, *, command: Optional[Sequence[str]] = None, seconds: Optional[float] = None,
-          interval: float = 1.0, node: Optional[Snapshot] = None, on_sample=None) -> JobResult:
+          interval: float = 1.0, node: Optional[Snapshot] = None, on_sample=None, job_stdout=None) -> JobResult:
     """Why a running job under-uses its GPUs, sampled from outside it without touching its code: `pid` (a torchrun
     agent, a rank, or any process whose children are the ranks), or `command`, which this starts (with NCCL's log
     and PyTorch's flight recorder on) and waits for. Samples every `interval` s for `seconds` (None: until the job
-    ends or Ctrl-C). `node` (api.snapshot()) joins the node's facts. `on_sample(watcher)` is called per sample."""
+    ends or Ctrl-C). `node` (api.snapshot()) joins the node's facts. `on_sample(watcher)` is called per sample;
+    `job_stdout`, where a started job's output goes (None: this process's standard output)."""
     from . import arguments as a
     from .job.run import watch_job
     if (pid is None) == (command is None):
@@ -353,5 +354,5 @@ def watch(pid: Optional[int] = None, *, command: Optional[Sequence[str]] = None,
         raise bad_argument("node", "must be a Snapshot (api.snapshot())")
     from .job.facts import JobFacts
     from .job.judge import Job, judge
-    facts = watch_job(pid, list(command) if command is not None else None, seconds, interval, on_sample)
+    facts = watch_job(pid, list(command) if command is not None else None, seconds, interval, on_sample, job_stdout)
     return JobResult(facts, judge(Job(JobFacts([]), node, facts)), node)

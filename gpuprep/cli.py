@@ -365,8 +365,10 @@ def watch(command, pid, duration, interval, node_sources, live_node, fmt, as_jso
     seconds = parse_duration(duration, shortest=1) if duration else None
     node = api.snapshot(list(node_sources)) if node_sources else api.snapshot(docker=False) if live_node else None
     live = _live_line if sys.stderr.isatty() and fmt == "text" and not output else None
+    # a machine-read document on stdout keeps it to itself: the job's own output goes to stderr then
+    job_stdout = sys.stderr if fmt != "text" and not output else None
     result = api.watch(pid, command=list(command) if command else None, seconds=seconds, interval=interval,
-                       node=node, on_sample=live)
+                       node=node, on_sample=live, job_stdout=job_stdout)
     document = result.document()
     _emit(document, fmt, output, verbose)
     if result.facts.exit_code:

@@ -93,7 +93,8 @@ CASES = [
     ("fleet-missing-inventory", lambda f: ["check", "-i", "/nonexistent/inventory.yml"], 2, r"no such file"),
     ("fleet-snapshot-needs-dir", lambda f: ["snapshot", "-i", "localhost,"], 2, r"needs -o DIR"),
     ("fleet-snapshot-o-file", lambda f: ["snapshot", "-i", "localhost,", "-o", f["good"]], 2, r"needs -o DIR"),
-    ("drift-single-host", lambda f: ["check", "--from", C(H100), "--drift"], 2, r"compare hosts"),
+    ("drift-single-host", lambda f: ["check", "--from", C(H100), "--drift"], 2, r"compares hosts"),
+    ("baseline-not-a-file", lambda f: ["check", "--from", C(H100), "--baseline", "gpu-node-01"], 2, r"a snapshot file"),
     ("format-unknown", lambda f: ["check", "--from", C(H100), "--format", "yaml"], 2, r"--format"),
     ("format-contradiction", lambda f: ["check", "--from", C(H100), "--json", "--format", "html"], 2, r"contradict"),
     ("format-o-missing-dir", lambda f: ["check", "--from", C(H100), "--format", "html", "-o", "/nonexistent/r.html"],
@@ -251,9 +252,16 @@ def test_bad_input_is_one_clear_line(case, files):
     assert not os.path.exists("/tmp/gpuprep-pwned")
 
 
-def test_a_truncated_capture_is_not_healthy(files):
+def test_a_truncated_capture_is_not_healthy(files, tmp_path):
+    """Cut inside a GPU's block it is refused (the cut GPU's missing fields would read as unknown); cut between
+    GPUs, fewer GPUs than `Attached GPUs` says is gpu.capture-incomplete."""
     done = run_cli("check", "--json", "--from", files["half_q"])
-    doc = json.loads(done.stdout)
+    assert done.returncode == 2 and "cut short inside its last GPU" in done.stderr, done.stderr
+    text = open(corpus(H100_Q)).read()
+    fourth = [i for i in range(len(text)) if text.startswith("\nGPU 0000", i)][3]
+    between = tmp_path / "three-gpus.txt"
+    between.write_text(text[:fourth + 1])
+    doc = json.loads(run_cli("check", "--json", "--from", str(between)).stdout)
     incomplete = [f for f in doc["findings"] if f["id"] == "gpu.capture-incomplete"]
     assert incomplete and incomplete[0]["evidence"]["attached_gpus"] == 8
     assert doc["verdict"] in ("warn", "fail") and incomplete[0]["evidence"]["missing"] >= 1

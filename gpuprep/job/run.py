@@ -17,7 +17,8 @@ JOB_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "TORCH_NCCL_TR
 
 
 def watch_job(pid: Optional[int], command: Optional[List[str]], seconds: Optional[float], interval: float,
-              on_sample: Optional[Callable] = None) -> WatchFacts:
+              on_sample: Optional[Callable] = None, job_stdout=None) -> WatchFacts:
+    """`job_stdout`: where a started job's standard output goes (None: this process's own)."""
     import psutil
     from .watch import Watcher
     job = None
@@ -29,7 +30,7 @@ def watch_job(pid: Optional[int], command: Optional[List[str]], seconds: Optiona
             env.setdefault(key, value)
         env.setdefault("NCCL_DEBUG_FILE", os.path.join(logs, "nccl.%h.%p.log"))
         try:
-            job = subprocess.Popen(command, env=env)
+            job = subprocess.Popen(command, env=env, stdout=job_stdout)
         except OSError as exc:
             raise BadInput(f"{command[0]}: {exc.strerror or exc}") from None
         pid = job.pid
