@@ -29,7 +29,8 @@ def test_ansible_lint_production_profile_passes():
 
 
 @pytest.mark.skipif(not tool("yamllint"), reason="yamllint not installed (pip install -e '.[test]')")
-def test_yamllint_passes():
-    done = subprocess.run([tool("yamllint"), "-f", "parsable", "galaxy.yml", "meta", "roles", "playbooks", "molecule", ".ci"], cwd=REPO,
+def test_yamllint_passes_on_the_whole_tree():
+    """Every YAML file, the changelog fragments included (they broke the line length), strict: warnings fail."""
+    done = subprocess.run([tool("yamllint"), "-s", "-f", "parsable", "."], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:]
