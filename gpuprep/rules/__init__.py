@@ -119,8 +119,18 @@ def shell_word(text: str) -> str:
     return shlex.quote(text)
 
 
+# modules of this package that hold no host rules: the registry of ids and the fleet's drift (its facts are a table)
+_NOT_AREAS = frozenset({"ids", "drift"})
+
+
 def _load_areas() -> None:
-    from . import compat, container, dcgm, driver, env, fabric, gpu, net, numa, system, topology  # noqa: F401
+    """Import every rule module of this package (each registers its rules as it loads): found by the package,
+    so a new rules/foo.py runs without being added to any list."""
+    import importlib
+    import pkgutil
+    for module in pkgutil.iter_modules(__path__):
+        if module.name not in _NOT_AREAS:
+            importlib.import_module(f"{__name__}.{module.name}")
 
 
 def evaluate(snapshot: Snapshot, context: Optional[Context] = None, skip: Sequence[str] = (),
