@@ -582,7 +582,10 @@ def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verb
 
 
 @cli.command()
-@click.option("--duration", default="60s", show_default=True, help="Time budget, e.g. 20s, 2m.")
+@click.option("--duration", default="60s", show_default=True,
+              help="The ranks' working time, e.g. 20s, 2m: half training (counted from the first step), 30% the "
+                   "all-reduce sweep, the rest the memory check. Start-up comes on top: the interpreter, torch's "
+                   "import, the rendezvous and the model's build, typically 5-15 s (the report's wall_seconds).")
 @click.option("--nproc", default="auto", show_default=True, help="Ranks per node: auto = one per GPU, or 2 on a CPU-only host.")
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True)
 @click.option("-i", "--inventory", help="Run on every host of this Ansible inventory; the first host is the rendezvous.")

@@ -303,3 +303,11 @@ def test_every_finding_carries_a_machine_readable_action():
     assert 'gpuprep_check_actions{action="reset-gpu"' in render(doc, "prometheus")
     code, line = adapters.npd(adapters.problems(api.check([corpus(FAILING)]).findings, {}))
     assert code == 1 and "[reset-gpu]" in line and len(line) <= 80
+
+
+def test_an_npd_unknown_line_is_one_printable_line_even_for_a_hostile_file_name(tmp_path):
+    bad = tmp_path / "a\x1b[2Jname\nwith lines.json"
+    bad.write_text('{"schema": "gpuprep.snapshot/1", "gpus": [{"index": "zero"}]}')
+    done = run_cli("npd", "--from", str(bad))
+    assert done.returncode == 2 and done.stdout.count("\n") == 1 and "\x1b" not in done.stdout
+    assert len(done.stdout.rstrip("\n")) <= 80
