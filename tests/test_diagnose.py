@@ -89,6 +89,8 @@ def test_hta_traces_name_their_causes():
     assert ("job.host-sync", "rank 1") in found               # V100 rank 1 of 2: 20 sync points a step
     assert ("job.no-tensor-cores", "rank 1") in found and ("job.no-tensor-cores", "rank 3") not in found
     assert ("job.mixed-jobs", "job") in found                 # ranks of different jobs are not compared
+    # AlexNet and simple_add on an A100: kernels of a few microseconds, launched slower than they run, GPU idle 99%
+    assert ("job.launch-bound", "rank 0") in found and ("job.gpu-idle", "rank 0") in found
     not_judged = {s for i, s in found if i == "job.not-judged"}
     assert {"rank 34", "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"} <= not_judged
 

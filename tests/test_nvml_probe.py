@@ -368,3 +368,15 @@ def test_a_gpu_burn_in_that_cannot_run_says_why_before_starting_ranks(tmp_path):
     config = _configure(tmp_path, import_files([corpus(H100)]))
     done = nvml_stub.run(config, [sys.executable, "-m", "gpuprep", "burnin", "--duration", "5s"])
     assert done.returncode == 2 and "is a CPU build" in done.stderr, done.stderr
+
+
+def test_a_gpu_name_that_is_not_utf8_fails_that_gpu_not_the_probe(tmp_path):
+    """nvidia-ml-py decodes the name outside the probe's guard: one GPU's garbage name failed the whole probe."""
+    captured = import_files([corpus(H100)])
+    path = _configure(tmp_path, captured)
+    lines = [line for line in path.read_bytes().split(b"\n") if not line.startswith(b"gpu 2 name ")]
+    path.write_bytes(b"\n".join(lines) + b"\ngpu 2 name NVIDIA \xff\xfe H100\n")
+    facts = nvml_stub.probe_json(path)
+    gpus = _gpus(facts)
+    assert len(gpus) == 8 and gpus[2].name is None and gpus[2].failure == "NVML opened it but cannot name it"
+    assert gpus[3].name == captured.gpus[3].name
