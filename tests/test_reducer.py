@@ -83,3 +83,17 @@ def test_the_probes_snapshot_is_found_by_what_the_task_returned_not_its_name():
         state = reduce(state, {"event": "runner_on_ok", "event_data": {
             "host": name, "task": "Any name a site gives it", "res": {"stdout": stdout, "changed": False}}}, 0.0)
     assert state.hosts["node1"].probe_output == snapshot and state.hosts["node2"].probe_output is None
+
+
+def test_a_piped_run_says_each_role_as_a_host_starts_it():
+    """Piped, apply was silent for 25 s: the line view now names each role as a host enters it."""
+    from gpuprep.ansible.reducer import RunState, reduce
+    from gpuprep.ansible.view import line_view
+    lines = []
+    view = line_view(lines.append)
+    state = RunState()
+    for role, task in (("nccl_env", "Read the host"), ("nccl_env", "Write the file"), ("system_tuning", "sysctl")):
+        state = reduce(state, {"event": "runner_on_start", "event_data": {"host": "node1", "task": task, "role": role}},
+                       0.0)
+        view(state)
+    assert lines == ["node1: nccl_env", "node1: system_tuning"]

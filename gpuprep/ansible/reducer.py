@@ -23,6 +23,7 @@ class HostState:
     unreachable: int = 0
     skipped: int = 0
     current_task: Optional[str] = None
+    current_role: Optional[str] = None
     started_at: Optional[float] = None
     finished_at: Optional[float] = None
     failures: List[FailedTask] = field(default_factory=list)
@@ -123,6 +124,7 @@ def _play_start(state: RunState, data: dict, event: dict, now: float) -> None:
 def _task_start(state: RunState, data: dict, event: dict, now: float) -> None:
     host = state._own(data["host"])
     host.current_task = data.get("task")
+    host.current_role = data.get("role") or host.current_role
     if host.started_at is None:
         host.started_at = now
 

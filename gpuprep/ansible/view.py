@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable, Set
+from typing import Callable, Dict, Set
 
 from .reducer import RunState
 
@@ -50,11 +50,17 @@ def live_view(console_file=None):
 
 
 def line_view(write: Callable[[str], None]):
-    """Plain progress for logs and CI: one line per failure as it happens."""
+    """Plain progress for logs and CI: a line per host when it starts a role (so a piped run is never silent for
+    long), and a line per failure as it happens."""
     seen: Set[tuple] = set()
+    roles: Dict[str, str] = {}
 
     def on_update(state: RunState) -> None:
         for host in state.hosts.values():
+            role = host.current_role
+            if role and roles.get(host.name) != role:
+                roles[host.name] = role
+                write(f"{host.name}: {role}")
             for failure in host.failures:
                 key = (host.name, failure.task, failure.message)
                 if key not in seen:
