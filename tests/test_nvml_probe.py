@@ -380,3 +380,15 @@ def test_a_gpu_name_that_is_not_utf8_fails_that_gpu_not_the_probe(tmp_path):
     gpus = _gpus(facts)
     assert len(gpus) == 8 and gpus[2].name is None and gpus[2].failure == "NVML opened it but cannot name it"
     assert gpus[3].name == captured.gpus[3].name
+
+
+def test_the_power_limit_is_the_enforced_one_as_nvidia_smi_prints_it(tmp_path):
+    """A GH200 asks for 900 W and is held to 700 W: its -q capture says Current Power Limit 700, the live probe
+    read the requested 900 (a false drift between a node and its own capture)."""
+    captured = import_files([corpus("gh200.nvidia-smi-q.txt")])
+    assert captured.gpus[0].power_limit_w == 700.0
+    path = _configure(tmp_path, captured)
+    path.write_text(path.read_text().replace(f"gpu 0 power_limit {int(700 * 1000)}\n", f"gpu 0 power_limit {900 * 1000}\n"))
+    assert "gpu 0 power_limit 900000" in path.read_text()
+    gpu = _gpus(nvml_stub.probe_json(path))[0]
+    assert gpu.power_limit_w == 700.0 and gpu.power_enforced_limit_w == 700.0

@@ -209,9 +209,12 @@ def _clocks(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
 def _power(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
     """The GPU's power draw and limits."""
     gpu.power_draw_w = _watts(ask(getattr(nvml, "nvmlDeviceGetPowerUsage", None), h))
-    gpu.power_limit_w = _watts(ask(getattr(nvml, "nvmlDeviceGetPowerManagementLimit", None), h))
     gpu.power_default_limit_w = _watts(ask(getattr(nvml, "nvmlDeviceGetPowerManagementDefaultLimit", None), h))
     gpu.power_enforced_limit_w = _watts(ask(getattr(nvml, "nvmlDeviceGetEnforcedPowerLimit", None), h))
+    # the limit the GPU is held to, as nvidia-smi -q prints it ("Current Power Limit"): the enforced one. The
+    # management limit is only what was requested (a GH200 reads 900 W requested, 700 W enforced)
+    requested = _watts(ask(getattr(nvml, "nvmlDeviceGetPowerManagementLimit", None), h))
+    gpu.power_limit_w = gpu.power_enforced_limit_w if gpu.power_enforced_limit_w is not None else requested
     limits = ask(getattr(nvml, "nvmlDeviceGetPowerManagementLimitConstraints", None), h)
     if limits:
         gpu.power_min_limit_w, gpu.power_max_limit_w = _watts(limits[0]), _watts(limits[1])
