@@ -36,8 +36,12 @@ def recent_xids() -> Optional[List[XidEvent]]:
     return parse_events(text.splitlines()[-_MAX_LOG_LINES:])
 
 
+# without persistence mode every NVML client initialises every GPU (1-3 s each): 10 s expired on 8-GPU nodes
+TOPOLOGY_TIMEOUT = 40
+
+
 def nvidia_topology() -> Optional[Topology]:
-    text = run(["nvidia-smi", "topo", "-m"])
+    text = run(["nvidia-smi", "topo", "-m"], timeout=TOPOLOGY_TIMEOUT)
     if not text or "GPU0" not in text:
         return None
     try:
