@@ -42,6 +42,20 @@ def kill_tree(job):
     job.wait()
 
 
+def watched_on_one_gpu(tmp_path, job, extra, seconds, **changes):
+    """`watch --pid` of the job through the NVML stand-in: one H100 of a real capture (with `changes` to its
+    fields) and the `extra` configuration lines (utilisation, the job's PID as a compute process...)."""
+    snap = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
+    snap.gpus = snap.gpus[:1]
+    for key, value in changes.items():
+        setattr(snap.gpus[0], key, value)
+    config = tmp_path / "nvml.conf"
+    config.write_text(nvml_stub.config_for(snap) + extra)
+    done = nvml_stub.run(config, [sys.executable, "-m", "gpuprep", "watch", "--json", "--pid", str(job.pid),
+                                  "--duration", str(seconds)])
+    return snap, done, json.loads(done.stdout)
+
+
 def warned(doc):
     return [(f["id"], f["subject"].split(" (pid")[0]) for f in doc["findings"] if f["severity"] in ("warn", "fail")]
 
@@ -69,13 +83,7 @@ def test_a_healthy_job_on_a_busy_gpu_gets_no_verdict(tmp_path):
     job = subprocess.Popen([sys.executable, TRAIN, "compute-bound", str(tmp_path)],
                            env=dict(os.environ, TRAIN_STEPS="400"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        snap = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
-        snap.gpus = snap.gpus[:1]
-        config = tmp_path / "nvml.conf"
-        config.write_text(nvml_stub.config_for(snap) + f"gpu 0 util 97,60\ngpu 0 procs {job.pid}:2000000000\n")
-        done = nvml_stub.run(config, [sys.executable, "-m", "gpuprep", "watch", "--json", "--pid", str(job.pid),
-                                      "--duration", "6"])
-        doc = json.loads(done.stdout)
+        snap, done, doc = watched_on_one_gpu(tmp_path, job, f"gpu 0 util 97,60\ngpu 0 procs {job.pid}:2000000000\n", 6)
     finally:
         job.kill()
         job.wait()
@@ -108,17 +116,10 @@ def test_a_hung_collective_names_the_rank_that_never_joined(tmp_path):
 @pytest.mark.slow
 def test_a_throttled_gpu_and_full_memory_are_named_from_nvml(tmp_path):
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        snap = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
-        snap.gpus = snap.gpus[:1]
-        snap.gpus[0].clock_sm_mhz = 900                           # of a 1980 MHz maximum
-        snap.gpus[0].clock_event_reasons = ["hw_slowdown", "hw_thermal_slowdown"]
-        config = tmp_path / "nvml.conf"
-        config.write_text(nvml_stub.config_for(snap) + f"gpu 0 util 40,20\ngpu 0 procs {job.pid}:1000\n"
-                          f"gpu 0 mem_used {79000 << 20}\n")
-        done = nvml_stub.run(config, [sys.executable, "-m", "gpuprep", "watch", "--json", "--pid", str(job.pid),
-                                      "--duration", "4"])
-        doc = json.loads(done.stdout)
+    try:           # SM clock 900 MHz of a 1980 MHz maximum, with hard reasons; 79000 of 81559 MiB used
+        _, done, doc = watched_on_one_gpu(tmp_path, job, f"gpu 0 util 40,20\ngpu 0 procs {job.pid}:1000\n"
+                                          f"gpu 0 mem_used {79000 << 20}\n", 4, clock_sm_mhz=900,
+                                          clock_event_reasons=["hw_slowdown", "hw_thermal_slowdown"])
     finally:
         job.kill()
         job.wait()
