@@ -67,7 +67,7 @@ def torchrun(mode, steps, out, **env):
 @needs_pyspy
 @pytest.mark.slow
 def test_a_data_bound_job_is_named_and_its_exit_code_passes_through(tmp_path):
-    done, doc = watched(["--", sys.executable, TRAIN, "data-bound", str(tmp_path)], env={"TRAIN_STEPS": "300"})
+    done, doc = watched(["--", sys.executable, TRAIN, "data-bound", str(tmp_path)], env={"TRAIN_STEPS": "150"})
     assert done.returncode == 0 and doc["exit_code"] == 0 and doc["schema"] == "gpuprep.watch/1"
     (rank,) = doc["ranks"]
     assert rank["main_thread"]["dataloader"] >= 30 and rank["workers"] == 0
@@ -95,7 +95,7 @@ def test_a_healthy_job_on_a_busy_gpu_gets_no_verdict(tmp_path):
 @needs_pyspy
 @pytest.mark.slow
 def test_the_slow_rank_of_a_ddp_job_is_the_straggler(tmp_path):
-    done, doc = watched(["--", *torchrun("ddp", 150, tmp_path)], env={"TRAIN_STEPS": "150", "SLOW_RANK": "1"})
+    done, doc = watched(["--", *torchrun("ddp", 250, tmp_path)], env={"TRAIN_STEPS": "250", "SLOW_RANK": "1"})
     assert done.returncode == 0 and sorted(r["rank"] for r in doc["ranks"]) == [0, 1]
     assert warned(doc) == [("job.straggler", "rank 1")]
 

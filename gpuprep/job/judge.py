@@ -385,14 +385,21 @@ def watch_sync(job: Job) -> List[Finding]:
             for r in _watched(job) if _stack(r, "sync") >= limit("watch_stack_pct")]
 
 
+def _steady(values: List[float]) -> List[float]:
+    """The later half of a series: a rank's start-up (imports, the rendezvous) is busy on every rank alike."""
+    return values[len(values) // 2:] if len(values) >= 4 else values
+
+
 def _waiting(ranks: List[WatchRank]) -> List[WatchRank]:
     """Ranks that wait for others: in a collective on their stacks, or (CPU ranks, whose wait for gloo sits inside
     autograd's C++ and shows on no Python frame) nearly idle while another rank is busy."""
-    busiest = max((_median(r.cpu_pct) or 0 for r in ranks), default=0)
+    busiest = max((_median(_steady(r.cpu_pct)) or 0 for r in ranks), default=0)
+
     def idle_cpu_rank(r):
-        cpu = _median(r.cpu_pct)
+        # relative, not absolute: on a loaded host the busy rank gets far less than a whole core
+        cpu = _median(_steady(r.cpu_pct))
         return not any(u is not None for u in r.gpu_util_pct) and cpu is not None and \
-            busiest >= limit("watch_busy_pct") and cpu <= busiest / 3
+            busiest >= limit("watch_busy_cpu_pct") and cpu * limit("watch_cpu_ratio") <= busiest
     return [r for r in ranks if _stack(r, "collective") >= limit("watch_stack_pct") or idle_cpu_rank(r)]
 
 
@@ -415,7 +422,8 @@ def watch_straggler(job: Job) -> List[Finding]:
 def _how_waiting(rank: WatchRank, slow: WatchRank) -> str:
     if _stack(rank, "collective") >= limit("watch_stack_pct"):
         return f"rank {rank.rank}: in a collective in {_stack(rank, 'collective'):.0f}% of samples"
-    return f"rank {rank.rank}: CPU {_median(rank.cpu_pct) or 0:.0f}% against its {_median(slow.cpu_pct) or 0:.0f}%"
+    return (f"rank {rank.rank}: CPU {_median(_steady(rank.cpu_pct)) or 0:.0f}% against its "
+            f"{_median(_steady(slow.cpu_pct)) or 0:.0f}%")
 
 
 def _straggler(slow: WatchRank, waiting: List[WatchRank]) -> Finding:

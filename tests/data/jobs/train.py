@@ -47,7 +47,7 @@ def main():
                                 torch.nn.ReLU(), torch.nn.Linear(width, 8))
     if ddp:
         model = torch.nn.parallel.DistributedDataParallel(model)
-    delay = 0.002 if MODE == "data-bound" else 0.0
+    delay = 0.005 if MODE == "data-bound" else 0.0
     if MODE == "compute-bound":
         loader = torch.utils.data.DataLoader(Batches(0.0), batch_size=None, num_workers=0)
     else:
