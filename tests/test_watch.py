@@ -96,8 +96,10 @@ def test_a_healthy_job_on_a_busy_gpu_gets_no_verdict(tmp_path):
 @pytest.mark.slow
 def test_the_slow_rank_of_a_ddp_job_is_the_straggler(tmp_path):
     done, doc = watched(["--", *torchrun("ddp", 250, tmp_path)], env={"TRAIN_STEPS": "250", "SLOW_RANK": "1"})
-    assert done.returncode == 0 and sorted(r["rank"] for r in doc["ranks"]) == [0, 1]
+    assert sorted(r["rank"] for r in doc["ranks"]) == [0, 1]
     assert warned(doc) == [("job.straggler", "rank 1")]
+    # the job's own exit passes through (a gloo rank can abort in its teardown on a loaded host: not the verdict's)
+    assert done.returncode == (doc["exit_code"] or 0)
 
 
 @needs_pyspy
