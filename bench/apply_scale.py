@@ -80,7 +80,7 @@ def defaults_copy(tmp: Path) -> Path:
     (gather_subset, pipelining, forks)."""
     copy = tmp / "playbooks"
     copy.mkdir(parents=True)
-    text = (REPO / "playbooks" / "apply.yml").read_text().replace("  gather_subset: [min, hardware, network, virtual]\n", "")
+    text = (REPO / "collection" / "playbooks" / "apply.yml").read_text().replace("  gather_subset: [min, hardware, network, virtual]\n", "")
     (copy / "apply.yml").write_text(text)
     (copy / "ansible.cfg").write_text("[defaults]\nhost_key_checking = False\n")
     return copy

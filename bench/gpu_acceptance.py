@@ -134,7 +134,7 @@ def free_memory_mib() -> Dict[str, float]:
 
 
 def run_acceptance(duration: int, skip_apply: bool, all_reduce_perf: Optional[str], out: Optional[Path] = None) -> dict:
-    from gpuprep.importers import import_text
+    from gpuprep.parsers import import_text
     result: dict = {"host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "steps": {}}
     steps = result["steps"]
     check = _gpuprep("check", "--json", "--no-docker")

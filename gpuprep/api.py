@@ -56,7 +56,7 @@ def snapshot(sources: Sequence[str] = (), *, root: str = "/", docker: bool = Tru
     if deep and (sources or not docker):
         raise BadInput("the deep checks start containers on this host: not with captures, nor without Docker")
     if sources:
-        from .importers import import_files
+        from .parsers import import_files
         return import_files(list(sources), allow_mixed)
     from .probe import collect
     return collect(root=root, docker=docker, deep=deep, dcgm_level=dcgm_level)
@@ -113,7 +113,7 @@ def plan(facts: Optional[Snapshot] = None, *, sources: Sequence[str] = (), ranks
     if facts is not None and not isinstance(facts, Snapshot):
         raise bad_argument("facts", "must be a Snapshot (api.snapshot())")
     if facts is None and sources:
-        from .importers import import_files
+        from .parsers import import_files
         facts = import_files(list(sources), allow_mixed=True)
     if facts is None:
         from .probe import topology_facts

@@ -273,7 +273,7 @@ def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, 
     if baseline:        # one host against its own known-good snapshot (gpuprep snapshot -o baseline.json)
         if not os.path.isfile(baseline):
             raise BadInput(f"--baseline {baseline}: for one host, a snapshot file (gpuprep snapshot -o FILE)")
-        from .importers import import_files
+        from .parsers import import_files
         baseline_snap = import_files([baseline])
     if facts_only and require_gpu:
         raise BadInput("--facts-only judges nothing, so --require-gpu cannot fail it: drop one of them")

@@ -51,7 +51,7 @@ def _baseline(baseline: str, snapshots: Dict[str, Snapshot]) -> Snapshot:
     if baseline in snapshots:
         return snapshots[baseline]
     if os.path.isfile(baseline):
-        from .importers import import_files
+        from .parsers import import_files
         return import_files([baseline])
     raise bad_argument("baseline", f"{baseline}: neither a checked host of this fleet ({', '.join(sorted(snapshots)) or 'none'})"
                    f" nor a snapshot file")
@@ -89,7 +89,7 @@ def save(members: List[Member], directory: str) -> List[str]:
 
 def load_saved(paths: Sequence[str]) -> List[Member]:
     """Members from snapshot files and directories of them (as `snapshot -i -o DIR` writes)."""
-    from .importers import read_capture
+    from .parsers import read_capture
     files: List[str] = []
     for path in paths:
         if os.path.isdir(path):

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from .module_utils.gpuprep_gputable import model_row, read_table
+from .common.gputable import model_row, read_table
 
 
 def data_text(name: str) -> str:

@@ -10,13 +10,13 @@ import shutil
 from typing import Dict, List, Optional, Sequence
 
 from .errors import BadInput, bad_argument
-from .importers.values import compress_cpulist
+from .parsers.values import compress_cpulist
 from .report import PLAN_SCHEMA
 from .plan import LaunchPlan, Rank, local_rank
 
 
 def load_plan(path: str) -> LaunchPlan:
-    from .importers import read_capture      # bounded: a regular file of at most 64 MiB
+    from .parsers import read_capture      # bounded: a regular file of at most 64 MiB
     try:
         document = json.loads(read_capture(path))
     except BadInput as exc:

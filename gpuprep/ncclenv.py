@@ -1,4 +1,4 @@
-"""`gpuprep nccl-env`: the environment the nccl_env role writes, from the same code (module_utils).
+"""`gpuprep nccl-env`: the environment the nccl_env role writes, from the same code (gpuprep/common/ncclenv.py).
 
 A live host (or a root given with --root) is read exactly as the role's module reads it; captures or a
 snapshot give the same facts from what they recorded."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Dict, Optional
 
 from .errors import BadInput
-from .module_utils import gpuprep_ncclenv as shared
+from .common import ncclenv as shared
 from .snapshot import Snapshot
 
 

@@ -12,7 +12,7 @@ from typing import Set
 
 from .errors import BadInput
 
-# every file this process read as input (importers.read_capture adds to it): never an output
+# every file this process read as input (parsers.read_capture adds to it): never an output
 INPUTS: Set[str] = set()
 
 
@@ -62,6 +62,6 @@ def write_atomic(path: str, text: str, option: str = "-o") -> None:
 
 
 def _replace(target: str, text: str) -> None:
-    from .module_utils.gpuprep_revert_record import write_atomic as replace_file
+    from .common.revert_record import write_atomic as replace_file
     mode = os.stat(target).st_mode & 0o7777 if os.path.exists(target) else 0o666 & ~_umask()
     replace_file(target, text.encode("utf-8"), mode)

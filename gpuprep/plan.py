@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .errors import BadInput
-from .importers.values import compress_cpulist, expand_cpulist
+from .parsers.values import compress_cpulist, expand_cpulist
 from .rules import Finding, declared
 from .snapshot import Snapshot
 
@@ -95,7 +95,7 @@ def _kind_name(kind) -> str:
 
 
 def _rank_from(data, path: str) -> Rank:
-    from .module_utils.gpuprep_ncclenv import validate
+    from .common.ncclenv import validate
     _expect(data, path, dict)
     fields = {}
     for name, kind in _RANK_FIELDS.items():
@@ -236,9 +236,9 @@ def _gpus(snap: Snapshot) -> Dict[int, Optional[str]]:
 
 def visible_gpus(spec: Optional[str], snap: Snapshot) -> Optional[List[int]]:
     """CUDA_VISIBLE_DEVICES as nvidia-smi indices, in CUDA's order (local rank i drives the i-th), read as CUDA reads
-    it (importers.values.cuda_visible). None when unset: every GPU. An entry CUDA would stop at is said, not
+    it (parsers.values.cuda_visible). None when unset: every GPU. An entry CUDA would stop at is said, not
     skipped: BadInput naming it."""
-    from .importers.values import cuda_visible, cuda_visible_problem
+    from .parsers.values import cuda_visible, cuda_visible_problem
     if spec is None:
         return None
     by_uuid = {g.uuid: g.index for g in snap.gpus or [] if g.uuid and g.index is not None}

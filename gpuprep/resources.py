@@ -1,10 +1,12 @@
 """Where gpuprep's Ansible collection (gpuprep.node: roles, modules, playbooks) lives. An installed wheel
-carries it as gpuprep/share/ansible_collections/gpuprep/node; a source checkout is the collection itself
-(galaxy.yml at the top), which Ansible finds through a link in gpuprep's cache directory, since Ansible
-looks a collection up as COLLECTIONS_PATH/ansible_collections/NAMESPACE/NAME."""
+carries it as gpuprep/share/ansible_collections/gpuprep/node; a source checkout keeps it in collection/, beside
+the package, completed by tools/build_collection.py (run here, so a checkout never runs stale copies) and found by
+Ansible through a link in gpuprep's cache directory, since Ansible looks a collection up as
+COLLECTIONS_PATH/ansible_collections/NAMESPACE/NAME."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 from pathlib import Path
 
@@ -22,20 +24,29 @@ def collections_path() -> Path:
     if (shipped / "ansible_collections" / NAMESPACE / NAME / "galaxy.yml").is_file():
         return shipped
     checkout = _PACKAGE.parent
-    if not (checkout / "galaxy.yml").is_file():
+    builder = checkout / "tools" / "build_collection.py"
+    if not ((checkout / "collection" / "galaxy.yml").is_file() and builder.is_file()):
         raise FileNotFoundError("gpuprep installation is missing its Ansible collection (gpuprep.node)")
-    return _link_checkout(checkout)
+    _build(builder, checkout)
+    return _link_checkout(checkout / "collection")
 
 
-def _link_checkout(checkout: Path) -> Path:
+def _build(builder: Path, checkout: Path) -> None:
+    spec = importlib.util.spec_from_file_location("gpuprep_build_collection", builder)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.sync(checkout)
+
+
+def _link_checkout(collection: Path) -> Path:
     # one link per checkout (named by its path), replaced atomically so concurrent runs never see it missing
-    top = _cache_dir() / "collections" / hashlib.sha256(str(checkout).encode()).hexdigest()[:12]
+    top = _cache_dir() / "collections" / hashlib.sha256(str(collection).encode()).hexdigest()[:12]
     link = top / "ansible_collections" / NAMESPACE / NAME
-    if not (link.is_symlink() and Path(os.readlink(link)) == checkout):
+    if not (link.is_symlink() and Path(os.readlink(link)) == collection):
         link.parent.mkdir(parents=True, exist_ok=True)
         temporary = link.with_name(f".{NAME}.{os.getpid()}")
         temporary.unlink(missing_ok=True)
-        temporary.symlink_to(checkout, target_is_directory=True)
+        temporary.symlink_to(collection, target_is_directory=True)
         os.replace(temporary, link)
     return top
 

@@ -295,7 +295,7 @@ class Software:
 
 @dataclass
 class PciDevice:
-    """A bridge, GPU or RDMA NIC from `lspci -vvv` (module_utils/gpuprep_lspci): bus range, port type, ACS control bits."""
+    """A bridge, GPU or RDMA NIC from `lspci -vvv` (parsers/lspci_vvv.py): bus range, port type, ACS control bits."""
     bdf: str = ""
     kind: str = ""                       # lspci's class: "PCI bridge", "3D controller", ...
     name: str = ""
@@ -317,7 +317,7 @@ class CommandRun:
 
 @dataclass
 class Smoke:
-    """`check --deep`: the GPU smoke container and the limits probe (module_utils/gpuprep_container_smoke)."""
+    """`check --deep`: the GPU smoke container and the limits probe (common/container_smoke.py)."""
     image: Optional[str] = None
     error: Optional[str] = None
     gpu: Optional[CommandRun] = None

@@ -33,8 +33,7 @@ sys.exit(main())
 
 def _members() -> Iterator[Tuple[str, Path]]:
     """(name in the archive, file) for every file the zipapp holds."""
-    # followlinks: in a checkout gpuprep/module_utils is a link to the collection's plugins/module_utils
-    files = (Path(base) / name for base, _, names in os.walk(_PACKAGE, followlinks=True) for name in names)
+    files = (Path(base) / name for base, _, names in os.walk(_PACKAGE) for name in names)
     for path in sorted(files):
         relative = path.relative_to(_PACKAGE)
         if (relative.as_posix() in _KEPT or not set(relative.parts) & _LEFT_OUT) and path.suffix != ".pyc":
@@ -51,7 +50,7 @@ def build(target: str) -> str:
     """Write the zipapp to `target` (atomically, through the one atomic writer) and return its path."""
     import io
 
-    from .module_utils.gpuprep_revert_record import write_atomic
+    from .common.revert_record import write_atomic
     from .profiles import builtin
     body = io.BytesIO()
     with zipfile.ZipFile(body, "w", compression=zipfile.ZIP_DEFLATED) as archive:

@@ -11,6 +11,23 @@ CORPUS = REPO / "tests" / "corpus"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+def collection_builder():
+    """tools/build_collection.py, the one build step that completes collection/ (loaded by its path, as setup.py does)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("build_collection", REPO / "tools" / "build_collection.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def isolated_ansible_env(tmp: Path) -> dict:
+    """The environment for a tool that installs the collection it lints or tests (ansible-lint, Molecule): its
+    ANSIBLE_HOME and caches in `tmp`, never the user's ~/.ansible/collections, where a stale gpuprep.node would
+    later make `ansible-galaxy collection install` of a fresh build answer "already installed"."""
+    env = {key: value for key, value in os.environ.items() if key != "VIRTUAL_ENV"}
+    return dict(env, ANSIBLE_HOME=str(tmp / "ansible-home"), XDG_CACHE_HOME=str(tmp / "cache"))
+
+
 def corpus(name: str) -> str:
     return str(CORPUS / name)
 

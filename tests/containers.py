@@ -83,11 +83,11 @@ def write_inventory(path: Path, names: List[str], host_vars: Optional[Dict[str, 
 def prepare(inventory: Path, forks: int = 10) -> None:
     """Install the fake GPU tools and stand-ins (the Molecule scenarios' prepare playbook)."""
     bindir = os.path.dirname(sys.executable)
-    env = dict(os.environ, MOLECULE_PROJECT_DIRECTORY=str(REPO),
+    env = dict(os.environ, MOLECULE_PROJECT_DIRECTORY=str(REPO / "collection"),
                ANSIBLE_COLLECTIONS_PATH=str(collections_path()), ANSIBLE_NOCOLOR="1", ANSIBLE_PIPELINING="True",
                PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
     done = subprocess.run([os.path.join(bindir, "ansible-playbook"), "-i", str(inventory), "-f", str(forks),
-                           str(REPO / "molecule" / "shared" / "prepare.yml")],
+                           str(REPO / "collection" / "molecule" / "shared" / "prepare.yml")],
                           capture_output=True, text=True, env=env, timeout=900)
     if done.returncode != 0:
         raise RuntimeError("prepare failed:\n" + done.stdout[-3000:])

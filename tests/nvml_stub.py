@@ -18,7 +18,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import pynvml
 
-from gpuprep.importers.values import expand_cpulist
+from gpuprep.parsers.values import expand_cpulist
 from gpuprep.snapshot import Snapshot
 
 HERE = Path(__file__).resolve().parent

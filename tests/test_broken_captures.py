@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, run_cli
-from gpuprep.importers import import_files
+from gpuprep.parsers import import_files
 
 DATA = Path(__file__).parent / "data" / "broken"
 HOST = "host"          # the capture names no GPU: the finding is the host's (or an unnamed GPU's)

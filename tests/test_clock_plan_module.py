@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from conftest import REPO, corpus
-from gpuprep.module_utils.gpuprep_nvsmi import parse_xml
+from gpuprep.parsers.nvsmi import parse_xml
 from gpuprep.resources import collections_path
 
 
@@ -26,7 +26,7 @@ def gpus_of(capture, **changes):
 
 
 def plan(gpus, **args):
-    params = json.dumps({"gpus": gpus, "gpu_table": (REPO / "roles" / "gpu_clocks" / "files" / "gpus.csv").read_text(), **args})
+    params = json.dumps({"gpus": gpus, "gpu_table": (REPO / "gpuprep" / "data" / "gpus.csv").read_text(), **args})
     bindir = os.path.dirname(sys.executable)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(collections_path()), ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_PYTHON_INTERPRETER=sys.executable)
@@ -69,7 +69,7 @@ def test_the_plan_names_each_gpu_by_uuid_for_the_boot_script():
     a5000 = gpus_of("dual-rtx-a5000.nvidia-smi-q.xml")
     result = plan(a5000)
     assert [p["uuid"] for p in result["plan"]] == [g["uuid"] for g in a5000] and all(g["uuid"] for g in a5000)
-    template = (REPO / "roles" / "gpu_clocks" / "templates" / "clocks.conf.j2").read_text()
+    template = (REPO / "collection" / "roles" / "gpu_clocks" / "templates" / "clocks.conf.j2").read_text()
     import jinja2
     text = jinja2.Environment().from_string(template).render(gpu_clocks_plan=result)
     assert [line.split()[0] for line in text.splitlines() if line.strip() and not line.startswith("#")] == [g["uuid"] for g in a5000]

@@ -2,7 +2,6 @@
 installed into an empty collections path, a role from it converging a real systemd container under plain
 ansible-playbook (no gpuprep on the controller's path), its collection playbook reverting it, and the parts of
 `ansible-test sanity` that run here."""
-import filecmp
 import os
 import re
 import shutil
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, collection_builder
 from containers import docker_ready, node_exec, prepare, remove_nodes, start_nodes, write_inventory
 
 BIN = Path(sys.executable).parent
@@ -22,14 +21,15 @@ NODE = "gpuprep-collection-1"
 
 
 def galaxy_version():
-    return yaml.safe_load((REPO / "galaxy.yml").read_text())["version"]
+    return yaml.safe_load((REPO / "collection" / "galaxy.yml").read_text())["version"]
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """The built tarball and the empty collections path it was installed into."""
     out = tmp_path_factory.mktemp("build")
-    built = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(out), str(REPO)],
+    collection_builder().sync(REPO)
+    built = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(out), str(REPO / "collection")],
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stdout + built.stderr
     tarball = out / f"gpuprep-node-{galaxy_version()}.tar.gz"
@@ -52,15 +52,15 @@ def test_the_tarball_is_the_collection_and_nothing_else(installed):
     assert not any(name.startswith("changelogs/fragments") for name in names)
     assert {"playbooks/apply.yml", "playbooks/revert.yml", "meta/runtime.yml",
             "plugins/action/gpuprep_converged.py", "roles/gpu_clocks/files/gpus.csv"} <= names
-    for role in (REPO / "roles").iterdir():
+    for role in (REPO / "collection" / "roles").iterdir():
         for part in ("meta/main.yml", "meta/argument_specs.yml", "README.md", "tasks/main.yml"):
             assert f"roles/{role.name}/{part}" in names
     root = path / "ansible_collections" / "gpuprep" / "node"
-    # one tree: the code the package imports is the code the collection's modules import
-    import gpuprep.module_utils as package_utils
-    shared = sorted(p.name for p in Path(package_utils.__file__).parent.glob("*.py"))
-    assert shared and filecmp.cmpfiles(Path(package_utils.__file__).parent, root / "plugins" / "module_utils",
-                                       shared, shallow=False)[0] == shared
+    # one tree: the code the package imports is the code the collection's modules import (the build step's copies)
+    for target, source in collection_builder().SHARED_MODULES.items():
+        body = (root / target).read_text()
+        assert body.endswith((REPO / source).read_text()) and body.count("\n") == (REPO / source).read_text().count("\n") + 1
+    assert (root / "roles/gpu_clocks/files/gpus.csv").read_bytes() == (REPO / "gpuprep/data/gpus.csv").read_bytes()
     # no role reaches outside itself
     for task_file in root.glob("roles/*/**/*.yml"):
         assert "../" not in task_file.read_text(), task_file

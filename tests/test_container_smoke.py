@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from conftest import REPO, needs_no_gpu, run_cli
-from gpuprep.importers import import_files
-from gpuprep.module_utils.gpuprep_container_smoke import (
+from gpuprep.parsers import import_files
+from gpuprep.common.container_smoke import (
     judge_limits, parse_gpu_list, parse_ldd, parse_limits, smoke,
 )
 from gpuprep.rules import judge_all

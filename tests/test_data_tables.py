@@ -47,9 +47,9 @@ def test_busbw_expectations_say_their_algorithm_and_size():
 def test_one_version_for_the_package_and_the_collection():
     import yaml
     from gpuprep import __version__
-    assert yaml.safe_load((REPO / "galaxy.yml").read_text())["version"] == __version__
+    assert yaml.safe_load((REPO / "collection" / "galaxy.yml").read_text())["version"] == __version__
     assert 'dynamic = ["version"]' in (REPO / "pyproject.toml").read_text()
     from importlib.metadata import version
     assert version("gpuprep") == __version__
-    releases = yaml.safe_load((REPO / "changelogs" / "changelog.yaml").read_text())["releases"]
+    releases = yaml.safe_load((REPO / "collection" / "changelogs" / "changelog.yaml").read_text())["releases"]
     assert __version__ in releases

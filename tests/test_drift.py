@@ -4,7 +4,7 @@ import copy
 import pytest
 
 from conftest import corpus
-from gpuprep.importers import import_files
+from gpuprep.parsers import import_files
 from gpuprep.rules.drift import drift_findings, fleet_drift
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import CORPUS, run_cli
 from gpuprep import api
-from gpuprep.importers import import_files
+from gpuprep.parsers import import_files
 
 FABRIC = CORPUS / "fabric"
 
@@ -61,7 +61,7 @@ def test_the_version_mismatch_is_read_from_fabric_managers_own_words():
 
 
 def test_fabric_manager_errors_other_than_sxids_warn():
-    from gpuprep.importers.fabricmanager import read_fabric_manager
+    from gpuprep.parsers.fabricmanager import read_fabric_manager
     from gpuprep.snapshot import Snapshot
     log = (FABRIC / "gpud-testdata-8gpu-nvswitch-fm-runtime-nonfatal-error.fabricmanager-log.txt").read_text()
     assert judged(import_files([str(FABRIC / "gpud-testdata-8gpu-nvswitch-fm-runtime-nonfatal-error."
@@ -158,7 +158,7 @@ def test_a_dcgmi_that_hangs_is_a_warning(tmp_path, monkeypatch):
 def test_a_dcgmi_diag_table_cut_before_its_last_block_is_never_a_pass(tmp_path):
     """A real failing table (NCCL tests issue 264: GPU Memory fails) cut before its Hardware block showed only
     passing tests, and read as "11 tests passed"."""
-    from gpuprep.importers import import_files
+    from gpuprep.parsers import import_files
     from gpuprep.rules import evaluate
     whole = FABRIC / "nccl-tests-issue-264-h100-diag-r3-failed-cuinit-802.dcgmi-diag.txt"
     lines = whole.read_text().splitlines(keepends=True)
@@ -240,7 +240,7 @@ def test_dcgm_health_json_incidents_are_read_from_their_wrapped_lines():
     """`dcgmi health -c -j` keeps an incident only as its wrapped lines ('overflow'; DCGM's Health.cpp wraps at 54
     characters): the document's shape as DCGM's source writes it, the words of the user guide's PCIe incident
     (tests/corpus/fabric, the table form of the same report)."""
-    from gpuprep.importers.dcgm import health_from_json
+    from gpuprep.parsers.dcgm import health_from_json
     report = {"header": ["Health Monitor Report"],
               "body": {"GPU": {"children": {"0": {"value": "Warning", "children": {"Errors": {"children": {
                   "PCIe system": {"value": "Warning", "overflow": [
@@ -258,7 +258,7 @@ def test_dcgm_health_json_incidents_are_read_from_their_wrapped_lines():
     ("nvidia-fm-guide-hgx-b200-cx7-bridge-no-pcie-nvswitch.lspci.txt", 0),
 ])
 def test_nvswitches_are_counted_from_plain_lspci(name, switches):
-    from gpuprep.module_utils.gpuprep_lspci import is_nvswitch
+    from gpuprep.parsers.lspci_vvv import is_nvswitch
     pci = import_files([str(FABRIC / name)]).pci
     assert sum(is_nvswitch({"class": d.kind, "name": d.name}) for d in pci) == switches
     assert sum(d.kind == "3D controller" for d in pci) == 8
@@ -267,7 +267,7 @@ def test_nvswitches_are_counted_from_plain_lspci(name, switches):
 def test_lspci_nn_names_and_chipset_bridges():
     """`lspci -nn` puts the class code after the class ([0680]); NVIDIA's nForce chipsets had Bridge-class Ethernet
     (lspci -nnk of an MCP61 board) that is no NVSwitch. The -nn line is gpud's (fabric-manager tests)."""
-    from gpuprep.module_utils.gpuprep_lspci import is_nvswitch, parse_lspci_vvv
+    from gpuprep.parsers.lspci_vvv import is_nvswitch, parse_lspci_vvv
     (switch,) = parse_lspci_vvv("0005:00:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:1af1] (rev a1)")
     (chipset,) = parse_lspci_vvv("00:07.0 Bridge [0680]: nVidia Corporation MCP61 Ethernet [10de:03ef] (rev a2)")
     assert (switch["class"], is_nvswitch(switch), is_nvswitch(chipset)) == ("Bridge", True, False)
@@ -335,7 +335,7 @@ def test_a_damaged_dcgm_report_is_refused_or_read_never_a_crash(name, read):
     """What check --deep reads from dcgmi, and a capture: a document of the wrong shape is a ValueError (the probe
     makes it information, --from a one-line error), never a TypeError that ends the check."""
     import json
-    from gpuprep.importers import dcgm as reader
+    from gpuprep.parsers import dcgm as reader
     for doc in _mutations(json.loads((FABRIC / name).read_text()), seed=len(name), count=1500):
         try:
             getattr(reader, read)(doc)
@@ -345,7 +345,7 @@ def test_a_damaged_dcgm_report_is_refused_or_read_never_a_crash(name, read):
 
 def test_a_dcgm_status_gpuprep_does_not_know_warns_and_skips_alone_prove_nothing():
     import json
-    from gpuprep.importers.dcgm import diag_from_json
+    from gpuprep.parsers.dcgm import diag_from_json
     from gpuprep.snapshot import Snapshot
     doc = json.loads((FABRIC / "virtualclient-t4-diag-r3-pass.dcgmi-diag.json").read_text())
     tests = [t for c in doc["DCGM GPU Diagnostic"]["test_categories"] for t in c["tests"]]
@@ -410,7 +410,7 @@ def test_a_fabric_manager_log_over_the_capture_limit_is_refused_not_read_as_a_ke
     """Over 64 MiB a time-stamped file went down the large-kernel-log path, which keeps only kernel GPU lines: a
     Fabric Manager log ending in [FATAL] judged OK, and the Slurm hook resumed the node."""
     from gpuprep.errors import BadInput
-    from gpuprep.importers import MAX_CAPTURE_BYTES, import_files
+    from gpuprep.parsers import MAX_CAPTURE_BYTES, import_files
     real = (FABRIC / "gpud-testdata-8gpu-nvswitch-fm-runtime-nonfatal-error.fabricmanager-log.txt").read_text()
     big = tmp_path / "fabricmanager.log"
     with open(big, "w") as fh:

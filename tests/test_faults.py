@@ -86,7 +86,7 @@ def test_values_nccl_cannot_take_are_refused_before_anything_changes(node, extra
 
 def _load_records(tmp_path):
     """Every role's revert record on the node, loaded (and so checksum-verified) by gpuprep's own reader."""
-    from gpuprep.module_utils.gpuprep_revert_record import load
+    from gpuprep.common.revert_record import load
     copy = tmp_path / "records"
     docker("cp", f"{NODE}:/var/lib/gpuprep", str(copy))
     return {role.name: load(str(role)) for role in copy.iterdir() if role.is_dir()}
@@ -203,7 +203,7 @@ def test_a_host_name_with_a_slash_is_just_a_name(node, tmp_path):
 
 
 def _gpus_on_node():
-    from gpuprep.module_utils.gpuprep_nvsmi import parse_xml
+    from gpuprep.parsers.nvsmi import parse_xml
     _header, gpus = parse_xml(node_exec(NODE, "nvidia-smi", "-q", "-x", check=True).stdout)
     return [fields for _bus, fields, _element in gpus]
 

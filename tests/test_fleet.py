@@ -75,7 +75,7 @@ def test_failed_and_unreachable_hosts_are_reported_and_a_rerun_finishes(fleet, t
 
 
 def _graphics_clocks(name):
-    from gpuprep.module_utils.gpuprep_nvsmi import parse_xml
+    from gpuprep.parsers.nvsmi import parse_xml
     _header, gpus = parse_xml(node_exec(name, "nvidia-smi", "-q", "-x").stdout)
     return [fields["clock_graphics_mhz"] for _bus, fields, _element in gpus]
 

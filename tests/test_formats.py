@@ -19,7 +19,7 @@ XSD = Path(__file__).parent / "data" / "junit" / "junit-10.xsd"
 
 
 def snapshot_of(*captures) -> dict:
-    from gpuprep.importers import import_files
+    from gpuprep.parsers import import_files
     return json.loads(import_files([corpus(c) for c in captures]).to_json())
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import nvml_stub
 from conftest import REPO, corpus, run_cli
-from gpuprep.importers import import_files
+from gpuprep.parsers import import_files
 
 spec = importlib.util.spec_from_file_location("gpu_acceptance", REPO / "bench" / "gpu_acceptance.py")
 kit = importlib.util.module_from_spec(spec)
@@ -70,7 +70,7 @@ def test_gpu_check_sees_every_gpu_nvidia_smi_lists():
 
 @pytest.mark.gpu
 def test_gpu_probe_agrees_with_nvidia_smi_on_this_host():
-    from gpuprep.importers import import_text
+    from gpuprep.parsers import import_text
     snap = run_cli("snapshot", "--no-docker", timeout=300)
     smi = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True, timeout=120).stdout
     rows = kit.compare(json.loads(snap.stdout)["gpus"], [g.__dict__ for g in import_text(smi, "q.txt").gpus])

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import CORPUS
 from gpuprep import api
-from gpuprep.importers import import_files
+from gpuprep.parsers import import_files
 from gpuprep.snapshot import Snapshot
 
 IMEX = CORPUS / "imex"

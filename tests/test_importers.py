@@ -3,7 +3,7 @@ import pytest
 
 from conftest import capture_files, corpus
 from gpuprep.errors import BadInput
-from gpuprep.importers import import_files, import_text, sniff, read_capture
+from gpuprep.parsers import import_files, import_text, sniff, read_capture
 
 NOT_CAPTURES = {"ctk-1.17.5-vm.nvidia-container-toolkit-version.txt"}
 

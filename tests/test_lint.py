@@ -1,6 +1,6 @@
-"""The Ansible side lints clean: ansible-lint's production profile and yamllint over the roles, playbooks and
-Molecule scenarios (configuration: .ansible-lint, .yamllint)."""
-import os
+"""The Ansible side lints clean: ansible-lint's production profile over the whole collection (roles, playbooks,
+plugins' documentation, Molecule scenarios, changelogs) and yamllint over every YAML file of the repository
+(configuration: collection/.ansible-lint, .yamllint). Neither leaves anything in the user's home."""
 import shutil
 import subprocess
 import sys
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, isolated_ansible_env
 from gpuprep.resources import collections_path
 
 BIN = Path(sys.executable).parent
@@ -20,12 +20,16 @@ def tool(name):
 
 
 @pytest.mark.skipif(not tool("ansible-lint"), reason="ansible-lint not installed (pip install -e '.[test]')")
-def test_ansible_lint_production_profile_passes():
+def test_ansible_lint_production_profile_passes_on_the_whole_collection(tmp_path):
     # the linter resolves gpuprep.node.* through the collections path, as ansible-playbook does
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(collections_path()))
-    done = subprocess.run([tool("ansible-lint"), "--nocolor", "-f", "pep8", "roles", "playbooks", "molecule"], cwd=REPO,
+    env = dict(isolated_ansible_env(tmp_path), ANSIBLE_COLLECTIONS_PATH=str(collections_path()))
+    home = Path.home() / ".ansible" / "collections" / "ansible_collections" / "gpuprep"
+    before = home.exists()
+    done = subprocess.run([tool("ansible-lint"), "--nocolor", "-f", "pep8"], cwd=REPO / "collection",
                           env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert home.exists() == before
+    assert not (REPO / "collection" / ".ansible").exists()
 
 
 @pytest.mark.skipif(not tool("yamllint"), reason="yamllint not installed (pip install -e '.[test]')")

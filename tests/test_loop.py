@@ -54,7 +54,7 @@ def test_a_node_gpuprep_tuned_passes_gpupreps_burn_in_with_the_values_apply_wrot
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     written = node_exec(NAME, "cat", "/etc/gpuprep/env", check=True).stdout
     assert 'NCCL_SOCKET_IFNAME="=lo"' in written
-    from gpuprep.module_utils.gpuprep_ncclenv import parse_env_file
+    from gpuprep.common.ncclenv import parse_env_file
     wanted, skipped = parse_env_file(written)
     assert not skipped and wanted["NCCL_SOCKET_IFNAME"] == "=lo"
     burnin = node_exec(NAME, sys.executable, "-m", "gpuprep", "burnin", "--backend", "gloo", "--duration", "8s",

@@ -72,7 +72,7 @@ def test_role_and_cli_write_the_same_file_on_an_8_gpu_rdma_host(tmp_path):
     env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_COLLECTIONS_PATH": str(collections_path()), "PATH": f"{fakes}{os.pathsep}{os.environ['PATH']}",
            "FAKE_NVIDIA_CAPTURE": corpus(GPUS_CAPTURE), "FAKE_NVIDIA_STATE": str(tmp_path / "state.json")}
     done = subprocess.run(
-        [playbook, "-i", "localhost,", "-c", "local", str(REPO / "playbooks" / "apply.yml"), "--tags", "nccl_env",
+        [playbook, "-i", "localhost,", "-c", "local", str(REPO / "collection" / "playbooks" / "apply.yml"), "--tags", "nccl_env",
          "-e", "ansible_become=false", "-e", f"nccl_env_file={env_file}", "-e", f"nccl_env_profile_script={profile}",
          "-e", f"nccl_env_state_dir={tmp_path / 'state'}", "-e", f"nccl_env_sysroot={root}", "-e", overrides,
          "-e", f"ansible_python_interpreter={sys.executable}"],

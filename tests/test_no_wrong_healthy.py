@@ -11,7 +11,7 @@ import nvml_stub
 from conftest import CORPUS
 from gpuprep import adapters
 from gpuprep.errors import BadInput
-from gpuprep.importers import import_files
+from gpuprep.parsers import import_files
 from gpuprep.rules import evaluate
 from gpuprep.slurm import NodeState, decide
 from gpuprep.snapshot import Gpu, Snapshot

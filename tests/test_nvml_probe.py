@@ -10,7 +10,7 @@ import pytest
 
 import nvml_stub
 from conftest import REPO, corpus
-from gpuprep.importers import import_files, import_text
+from gpuprep.parsers import import_files, import_text
 from gpuprep.rules import evaluate
 from gpuprep.snapshot import Gpu, Snapshot
 

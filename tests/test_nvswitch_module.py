@@ -18,7 +18,7 @@ FM_GUIDE_H100 = CORPUS / "fabric" / "nvidia-fm-guide-hgx-h100-4-nvswitches.lspci
 def facts(tmp_path, lspci=None, capture=None):
     """gpuprep_nvswitch as the module sets it, with a stand-in lspci printing `lspci` (the pasted command line
     dropped) and the stand-in nvidia-smi answering from `capture` (None: no such command)."""
-    args = {"gpu_table": (REPO / "roles" / "gpu_clocks" / "files" / "gpus.csv").read_text(),
+    args = {"gpu_table": (REPO / "gpuprep" / "data" / "gpus.csv").read_text(),
             "lspci": str(tmp_path / "no-lspci"), "nvidia_smi": str(tmp_path / "no-nvidia-smi")}
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(collections_path()), ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_PYTHON_INTERPRETER=sys.executable)

@@ -3,10 +3,10 @@ on warns, with it off passes, a redirecting port with no GPU below says nothing.
 import json
 
 from conftest import REPO, run_cli
-from gpuprep.importers import import_files
+from gpuprep.parsers import import_files
 import pytest
 
-from gpuprep.module_utils.gpuprep_lspci import (
+from gpuprep.parsers.lspci_vvv import (
     acs_ctl_argv, acs_ctl_flags, acs_ctl_word, bridges_above, is_rdma_nic, parse_lspci_vvv, parse_setpci_word,
     redirecting, switch_ports_above,
 )

@@ -12,7 +12,7 @@ import pytest
 from gpuprep.errors import BadInput
 
 from conftest import corpus, run_cli
-from gpuprep.importers import import_files
+from gpuprep.parsers import import_files
 from gpuprep.plan import make_plan
 from gpuprep.snapshot import RdmaDevice
 
@@ -217,7 +217,7 @@ def test_cpu_ranks_beyond_the_cpus_are_bad_input():
 @pytest.mark.parametrize("spec, sees", [("0,0", []), ("0,,1", [0]), ("1,9,0", [1]), ("3,1", [3, 1]), (" 2 , 0", [2, 0])])
 def test_cuda_visible_devices_is_read_as_cuda_reads_it(spec, sees):
     """'0,0' hides every GPU from CUDA yet got a plan; '0,,1' got a rank on GPU 1 where CUDA sees GPU 0 only."""
-    from gpuprep.importers.values import cuda_visible
+    from gpuprep.parsers.values import cuda_visible
     from gpuprep.plan import visible_gpus
     from gpuprep.snapshot import Gpu, Snapshot
     assert cuda_visible(spec, [0, 1, 2, 3]) == sees

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import CORPUS, run_cli
 from gpuprep import api
-from gpuprep.importers import import_files
+from gpuprep.parsers import import_files
 from gpuprep.rules.drift import fleet_drift
 
 RDMA = CORPUS / "rdma"
@@ -226,7 +226,7 @@ def test_the_html_report_summarises_each_hosts_rdma_ports_escaped():
 def test_an_ibstat_cut_inside_a_port_is_refused_not_a_port_fewer(tmp_path):
     """Cut after a `Port 1:` line, the port vanished from judgement, and a node drained for it was resumed."""
     from gpuprep.errors import BadInput
-    from gpuprep.importers import import_files
+    from gpuprep.parsers import import_files
     whole = RDMA / "gpud-h100-ndr-all-active.ibstat.txt"
     lines = whole.read_text().splitlines(keepends=True)
     assert len(import_files([str(whole)]).rdma_devices) > 1
@@ -240,7 +240,7 @@ def test_an_ibstat_cut_inside_a_port_is_refused_not_a_port_fewer(tmp_path):
 
 def test_two_rdma_captures_of_one_host_combine_port_by_port():
     """ibstatus with ibdev2netdev: only the first file's ports were kept and the second's fields dropped."""
-    from gpuprep.importers import import_files
+    from gpuprep.parsers import import_files
     status = str(RDMA / "gpud-a100-hdr-all-active.ibstatus.txt")
     netdevs = str(RDMA / "ib-sriov-cni-readme-cx4-ib0up-ib1down.ibdev2netdev.txt")
     alone = import_files([status]).rdma_devices

@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import REPO, corpus
-from gpuprep.importers import import_files, import_text
+from gpuprep.parsers import import_files, import_text
 from gpuprep.rules import Context, evaluate
 from gpuprep.snapshot import RdmaDevice, Snapshot, Toolkit, TorchInfo
 
@@ -134,7 +134,7 @@ def test_xid_follows_the_catalog(log, code, severity):
 def test_xid_names_the_gpu_when_the_bus_id_is_known():
     snap = load(H100)
     snap = import_files([corpus(H100)])
-    from gpuprep.importers.kernel_log import parse_events
+    from gpuprep.parsers.kernel_log import parse_events
     snap.xids = parse_events(["[2397166.9] NVRM: Xid (PCI:0000:5d:00): 79, pid=1, GPU has fallen off the bus."])
     found = [f for f in evaluate(snap) if f.id == "gpu.xid"]
     assert found[0].subject == "GPU3 (00000000:5D:00.0)" and found[0].severity == "fail"

@@ -162,7 +162,7 @@ def test_return_to_service_waits_for_a_passing_burnin(slurm):
                  "the health check to see the healthy node")
         assert drained_by_gpuprep()                     # healthy, but no burn-in yet: stays out of service
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
-        from gpuprep.importers import import_files
+        from gpuprep.parsers import import_files
         gpu = import_files([str(CORPUS / HEALTHY)]).gpus[0]
         ranks = [{"rank": 0, "world_size": 1, "host": sh("hostname").stdout.strip(), "device": "cuda:0",
                   "gpu_uuid": gpu.uuid, "pci_bus_id": gpu.pci_bus_id, "steps": 20, "step_ms": [5.0] * 20}]

@@ -4,7 +4,7 @@ import pytest
 
 from conftest import corpus
 from gpuprep.errors import BadInput
-from gpuprep.importers import import_files
+from gpuprep.parsers import import_files
 from gpuprep.snapshot import SCHEMA, Snapshot, normalize_bus_id
 
 

@@ -3,8 +3,8 @@ site drop-in; tests/data/sshd/PROVENANCE.md), and the sshd_config reading used w
 import shutil
 
 from conftest import REPO, run_cli
-from gpuprep.importers import import_files
-from gpuprep.importers.sshd import parse_sshd_config
+from gpuprep.parsers import import_files
+from gpuprep.parsers.sshd import parse_sshd_config
 from gpuprep.rules import judge_all
 from gpuprep.snapshot import Snapshot
 
@@ -46,7 +46,7 @@ def test_sshd_config_with_its_drop_ins_reads_as_sshd_t_does(tmp_path):
                         "kbdinteractiveauthentication": "no", "usepam": "yes"}
     # the same keywords as sshd -T gave for Debian's file with only the 50- drop-in
     (etc / "sshd_config.d" / "40-early.conf").unlink()
-    from gpuprep.importers.sshd import parse_sshd_t
+    from gpuprep.parsers.sshd import parse_sshd_t
     real = parse_sshd_t((DATA / "debian12-key-only-root-password.sshd-T.txt").read_text())
     assert {k: real[k] for k in parse_sshd_config(root=str(tmp_path))} == parse_sshd_config(root=str(tmp_path))
 
@@ -58,7 +58,7 @@ def test_cli_reports_them_from_a_capture():
 
 
 def test_authorized_key_files_expand_sshd_tokens_and_skip_comments():
-    from gpuprep.module_utils.gpuprep_sshd import authorized_key_files, key_lines
+    from gpuprep.parsers.sshd_config import authorized_key_files, key_lines
     # Debian's default (sshd -T prints it so) and a site layout with tokens and an absolute path
     assert authorized_key_files(".ssh/authorized_keys .ssh/authorized_keys2", "deploy", "/home/deploy") == \
         ["/home/deploy/.ssh/authorized_keys", "/home/deploy/.ssh/authorized_keys2"]

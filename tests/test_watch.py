@@ -12,7 +12,7 @@ import pytest
 
 import nvml_stub
 from conftest import REPO, corpus, run_cli
-from gpuprep.importers import import_files
+from gpuprep.parsers import import_files
 
 pytest.importorskip("torch")
 TRAIN = str(REPO / "tests" / "data" / "jobs" / "train.py")

@@ -229,7 +229,7 @@ def nccl_env_file(path: str = "/etc/gpuprep/env") -> Dict[str, str]:
     """The NCCL/OMP environment `gpuprep apply --tags nccl_env` wrote, when there is one, read as systemd reads
     it (the quotes are the file's syntax: NCCL_SOCKET_IFNAME="=eth0" reaches NCCL as =eth0). A line this file's
     writer never produces is refused, naming it: half an environment would send NCCL the wrong way."""
-    from ..module_utils.gpuprep_ncclenv import parse_env_file
+    from ..common.ncclenv import parse_env_file
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
             text = fh.read(1 << 20)

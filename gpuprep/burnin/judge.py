@@ -5,7 +5,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, List
 
-from ..module_utils.gpuprep_nvsmi import THROTTLE_REASONS
+from ..parsers.nvsmi import THROTTLE_REASONS
 from ..rules import Finding, declared, registrar
 from . import RunResult
 

@@ -216,7 +216,7 @@ def main() -> None:
 
 
 def _write(path, data):
-    from gpuprep.module_utils.gpuprep_revert_record import write_atomic
+    from gpuprep.common.revert_record import write_atomic
     write_atomic(path, json.dumps(data).encode())
 
 

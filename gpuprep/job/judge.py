@@ -8,8 +8,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
-from ..importers.values import expand_cpulist
-from ..module_utils.gpuprep_nvsmi import THROTTLE_REASONS
+from ..parsers.values import expand_cpulist
+from ..parsers.nvsmi import THROTTLE_REASONS
 from ..rules import Finding, declared, registrar
 from ..snapshot import Gpu, Snapshot
 from .facts import JobFacts, RankFacts, WatchFacts, WatchRank

@@ -1,4 +1,4 @@
-"""Bounded runs of host commands whose output the importers already understand."""
+"""Bounded runs of host commands whose output the parsers already understand."""
 from __future__ import annotations
 
 import os
@@ -7,8 +7,8 @@ import subprocess
 from typing import Dict, List, Optional
 
 from ..errors import BadInput
-from ..importers.kernel_log import parse_events
-from ..importers.topo import parse_topology
+from ..parsers.kernel_log import parse_events
+from ..parsers.topo import parse_topology
 from ..snapshot import Topology, XidEvent
 
 _TIMEOUT = 10
@@ -59,7 +59,7 @@ def gpu_uuids() -> Dict[int, str]:
 
 def sshd_settings() -> Optional[Dict[str, str]]:
     """sshd's effective settings: `sshd -T` (needs root and host keys), else sshd_config and its drop-ins."""
-    from ..importers.sshd import parse_sshd_config, parse_sshd_t
+    from ..parsers.sshd import parse_sshd_config, parse_sshd_t
     sshd = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
     if sshd is None:
         return None
@@ -71,7 +71,7 @@ def sshd_settings() -> Optional[Dict[str, str]]:
 
 def pci_devices():
     """Bridges, GPUs and RDMA NICs from `lspci -vvv` (capabilities, and so ACS, only when run as root); None without lspci."""
-    from ..importers.lspci import pci_devices as parse
+    from ..parsers.lspci import pci_devices as parse
     lspci = shutil.which("lspci")
     if lspci is None:
         return None

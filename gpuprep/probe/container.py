@@ -49,7 +49,7 @@ def _probe_docker_cli() -> Container:
 
 def probe_smoke(container: Container, with_gpus: bool) -> Smoke:
     """Start the smoke containers through the docker CLI (argument lists, each run bounded)."""
-    from ..module_utils.gpuprep_container_smoke import smoke
+    from ..common.container_smoke import smoke
     cli = shutil.which("docker")
     if not cli:
         return Smoke(error="no docker CLI to start containers with")

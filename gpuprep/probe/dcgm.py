@@ -8,7 +8,7 @@ import json
 import shutil
 import subprocess
 
-from ..importers.dcgm import diag_from_json, health_from_json
+from ..parsers.dcgm import diag_from_json, health_from_json
 from ..snapshot import Dcgm
 
 LEVEL_SECONDS = {1: 300, 2: 1200, 3: 3600, 4: 3 * 3600}     # far above what each level takes on 8 GPUs

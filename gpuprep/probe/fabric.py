@@ -11,8 +11,8 @@ import shutil
 import subprocess
 from typing import Optional
 
-from ..importers.fabricmanager import read_fabric_manager
-from ..importers.imex import STATES, read_imex
+from ..parsers.fabricmanager import read_fabric_manager
+from ..parsers.imex import STATES, read_imex
 from ..snapshot import FabricManager, Imex
 from .commands import run
 

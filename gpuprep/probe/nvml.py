@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional
 
-from ..importers.values import compress_cpulist
+from ..parsers.values import compress_cpulist
 from ..snapshot import ClockPair, Gpu, NvLink, NvmlStatus
 
 _INIT_REASONS = {

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from typing import List, Optional
 
-from ..importers.kernel_log import module_flavor
+from ..parsers.kernel_log import module_flavor
 from ..snapshot import Software, Toolkit, TorchInfo
 from .system import Root
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..importers.values import compress_cpulist, expand_cpulist
+from ..parsers.values import compress_cpulist, expand_cpulist
 from ..snapshot import Nic, NumaNode, RdmaDevice, Settings, System
 
 MODULES_OF_INTEREST = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem", "nouveau")
@@ -80,8 +80,8 @@ def probe_thread_siblings(root: Root) -> Optional[List[str]]:
 
 
 def _physical_cores(root: Root) -> Optional[int]:
-    # the same count the nccl_env role divides among the GPUs (one implementation in module_utils)
-    from ..module_utils.gpuprep_ncclenv import physical_cores
+    # the same count the nccl_env role divides among the GPUs (one implementation in gpuprep/common/ncclenv.py)
+    from ..common.ncclenv import physical_cores
     return physical_cores(str(root.path("/")))
 
 

@@ -348,7 +348,7 @@ def render_burnin(document: dict, colour: bool, verbose: bool = False, drift_gro
 
 def render_plan(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
     """The launch plan: a row per local rank, the torchrun line where it binds the same, the wrapper line."""
-    from ..importers.values import compress_cpulist
+    from ..parsers.values import compress_cpulist
     out = Writer(colour)
     out.line(f"Launch plan for {document['host']} ({document['mode']}, {len(document['ranks'])} ranks)")
     out.line(f"  {'rank':>4}  {'gpu':>3}  {'bus id':<16}  {'numa':>4}  {'cpus':<22}  {'cores':>5}  {'nic':<10}  "

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from ..knowledge import version_key
-from ..module_utils.gpuprep_container_smoke import judge_limits, judge_smoke, parse_gpu_list, parse_limits
+from ..common.container_smoke import judge_limits, judge_smoke, parse_gpu_list, parse_limits
 from . import Finding, host, rule
 
 # nvidia-container-toolkit 1.17.8 fixed CVE-2025-23266 ("NVIDIAScape"); older releases are exploitable.

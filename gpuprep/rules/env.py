@@ -1,7 +1,7 @@
 """env.*: NCCL/OpenMP/CUDA variables that point at nothing or oversubscribe the host."""
 from __future__ import annotations
 
-from ..importers.values import cuda_visible, cuda_visible_problem
+from ..parsers.values import cuda_visible, cuda_visible_problem
 from . import Finding, host, rule
 
 

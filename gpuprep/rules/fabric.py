@@ -7,8 +7,8 @@ import re
 from typing import Optional
 
 from .. import knowledge as kb
-from ..module_utils.gpuprep_gputable import nvswitch_board
-from ..module_utils.gpuprep_lspci import is_nvswitch
+from ..common.gputable import nvswitch_board
+from ..parsers.lspci_vvv import is_nvswitch
 from . import Finding, host, rule
 
 _GUIDE = "NVIDIA Fabric Manager user guide"

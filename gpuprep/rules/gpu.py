@@ -5,7 +5,7 @@ import re
 from collections import Counter, OrderedDict
 
 from .. import knowledge as kb
-from ..module_utils.gpuprep_nvsmi import THROTTLE_REASONS
+from ..parsers.nvsmi import THROTTLE_REASONS
 from ..snapshot import normalize_bus_id
 from . import Finding, all_gpus, gpu_ref, gpu_subject, host, rule, shell_word
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Optional
 
-from ..importers.topo import nic_device_name
+from ..parsers.topo import nic_device_name
 from . import Finding, host, rule, shell_word
 from .topology import RDMA_PREFIXES
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..module_utils.gpuprep_sshd import password_methods_on, root_key_only
+from ..parsers.sshd_config import password_methods_on, root_key_only
 from . import Finding, host, rule
 
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from ..importers.topo import gpu_pairs, nic_device_name
+from ..parsers.topo import gpu_pairs, nic_device_name
 from .. import knowledge as kb
-from ..module_utils.gpuprep_lspci import acs_unreadable, is_gpu, redirecting, switch_ports_above
+from ..parsers.lspci_vvv import acs_unreadable, is_gpu, redirecting, switch_ports_above
 from . import Finding, all_gpus, gpu_subject, host, rule
 
 _NEAR = ("PIX", "PXB")

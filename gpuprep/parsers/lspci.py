@@ -1,12 +1,12 @@
 """`lspci -vvv` captures: the bridges and GPUs, for the ACS check, and the NVSwitches, for Fabric Manager; plain
 `lspci` (`lspci | grep -i nvidia`, `-nn`) gives the GPUs and NVSwitches only. The reading is
-module_utils/gpuprep_lspci."""
+gpuprep/parsers/lspci_vvv.py."""
 from __future__ import annotations
 
 import re
 from typing import List
 
-from ..module_utils.gpuprep_lspci import HEADER, is_gpu, is_nvswitch, is_rdma_nic, parse_lspci_vvv
+from .lspci_vvv import HEADER, is_gpu, is_nvswitch, is_rdma_nic, parse_lspci_vvv
 from ..snapshot import PciDevice, Snapshot
 
 

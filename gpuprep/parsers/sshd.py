@@ -1,7 +1,7 @@
-"""`sshd -T` captures as a snapshot; the reading itself is shared with the roles (module_utils/gpuprep_sshd)."""
+"""`sshd -T` captures as a snapshot; the reading itself is shared with the roles (parsers/sshd_config.py)."""
 from __future__ import annotations
 
-from ..module_utils.gpuprep_sshd import parse_sshd_config, parse_sshd_t
+from .sshd_config import parse_sshd_config, parse_sshd_t
 from ..snapshot import Snapshot
 
 __all__ = ["looks_like_sshd_t", "parse_sshd_t", "parse_sshd_config", "import_sshd_t"]

@@ -1,7 +1,7 @@
 """nvidia-smi's `-q` text (also `-a` and `-q -d SECTION`) and `-q -x` XML reports, parsed into plain
 dicts: one field table names, for every GPU field, where the text report and the XML report keep it.
 
-Standard library only: gpuprep's importer (gpuprep.module_utils.gpuprep_nvsmi) and the roles' facts
+Standard library only: gpuprep's reader (parsers/nvsmi_query.py) and the roles' facts
 module (gpuprep.node.gpuprep_gpu_facts) share this one parser."""
 import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple

@@ -1,5 +1,5 @@
-"""`nvidia-smi -q` (text, also `-a` and `-q -d SECTION`) and `nvidia-smi -q -x` (XML) importers: the
-parsing is gpuprep's one nvidia-smi parser (module_utils/gpuprep_nvsmi.py, shared with the roles' facts
+"""`nvidia-smi -q` (text, also `-a` and `-q -d SECTION`) and `nvidia-smi -q -x` (XML) readers: the
+parsing is gpuprep's one nvidia-smi parser (parsers/nvsmi.py, shared with the roles' facts
 module); this module only turns its fields into the snapshot's GPUs."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from typing import Dict, List, Optional
 
 from ..errors import BadInput
-from ..module_utils import gpuprep_nvsmi as nvsmi
+from . import nvsmi
 from ..snapshot import ClockPair, Gpu, NvmlStatus, Snapshot
 
 
