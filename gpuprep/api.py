@@ -11,7 +11,7 @@ without command-line flags. The CLI and the node probe call these; so can a Pyth
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Optional, Sequence, Set, Union
 
 from .errors import BadInput, bad_argument
 from .rules import Finding, worst
@@ -25,6 +25,7 @@ class CheckResult:
     findings: List[Finding]
     waived: List[Finding] = field(default_factory=list)
     profile: Optional[str] = None
+    settings: Dict[str, Any] = field(default_factory=dict)     # the profile's settings (act_on, thresholds)
 
     @property
     def verdict(self) -> str:
@@ -73,10 +74,10 @@ def profile(name_or_path: Optional[str]) -> Dict[str, Any]:
 def check(sources: Sequence[str] = (), *, facts: Optional[Snapshot] = None, profile_name: Optional[str] = None,
           require_gpu: bool = False, skip: Sequence[str] = (), only: Sequence[str] = (), root: str = "/",
           docker: bool = True, deep: bool = False, allow_mixed: bool = False, dcgm_level: int = 1,
-          baseline: Optional[Snapshot] = None) -> CheckResult:
+          baseline: Union[Snapshot, str, None] = None) -> CheckResult:
     """Judge one host: `facts` if given, else `sources` (captures), else this host. `skip`/`only` take check ids
     or areas (gpu, driver, ...); what they remove is returned as `waived`, never dropped silently. `baseline`, a
-    snapshot of this node when it was known good (`gpuprep snapshot -o`), adds what changed since, with the fleet
+    snapshot of this node when it was known good (`gpuprep snapshot -o`, or that file's path), adds what changed since, with the fleet
     drift's ids (driver, firmware, clocks, link widths, GPU count, NIC rates...)."""
     from . import arguments as a
     from .rules import Context, check_filters, judge_all, select
@@ -85,9 +86,8 @@ def check(sources: Sequence[str] = (), *, facts: Optional[Snapshot] = None, prof
     a.flag("require_gpu", require_gpu)
     if facts is not None and not isinstance(facts, Snapshot):
         raise bad_argument("facts", "must be a Snapshot (api.snapshot())")
-    if baseline is not None and not isinstance(baseline, Snapshot):
-        raise bad_argument("baseline", "must be a Snapshot (api.snapshot(), or a saved one read back)")
     check_filters(skip, only)
+    baseline = _baseline_snapshot(baseline)
     context = Context(profile=profile(profile_name), require_gpu=require_gpu)
     snap = facts if facts is not None else snapshot(sources, root=root, docker=docker, deep=deep,
                                                    allow_mixed=allow_mixed, dcgm_level=dcgm_level)
@@ -97,7 +97,18 @@ def check(sources: Sequence[str] = (), *, facts: Optional[Snapshot] = None, prof
         from .rules.drift import drift_findings, fleet_drift
         judged += drift_findings(fleet_drift({host_name(snap): snap}, baseline), host_name(baseline))
     kept, waived = select(judged, skip, only)
-    return CheckResult(snap, kept, waived, profile_name)
+    return CheckResult(snap, kept, waived, profile_name, context.profile)
+
+
+def _baseline_snapshot(baseline: Union[Snapshot, str, None]) -> Optional[Snapshot]:
+    if baseline is None or isinstance(baseline, Snapshot):
+        return baseline
+    import os
+    if not isinstance(baseline, str) or not os.path.isfile(baseline):
+        raise bad_argument("baseline", f"{str(baseline)[:200]}: for one host, a Snapshot or a snapshot file "
+                                       "(gpuprep snapshot -o FILE)")
+    from .parsers import import_files
+    return import_files([baseline])
 
 
 def plan(facts: Optional[Snapshot] = None, *, sources: Sequence[str] = (), ranks: Optional[int] = None,
@@ -356,3 +367,170 @@ def watch(pid: Optional[int] = None, *, command: Optional[Sequence[str]] = None,
     from .job.judge import Job, judge
     facts = watch_job(pid, list(command) if command is not None else None, seconds, interval, on_sample, job_stdout)
     return JobResult(facts, judge(Job(JobFacts([]), node, facts)), node)
+
+
+# --- fleets -------------------------------------------------------------------------------------------------
+
+def saved_fleet(sources: Sequence[str]):
+    """The members (fleet_check.Member) when `sources` name a saved fleet (a directory of snapshots, or snapshot
+    files of several hosts), else None: the files are one host's captures."""
+    from . import arguments as a
+    from .fleet_check import saved_fleet as members
+    return members(list(a.texts("sources", sources)))
+
+
+def gather_fleet(inventory: str, *, limit: Optional[str] = None, forks: Optional[int] = None, connection=None,
+                 on_update=None):
+    """Every host of an Ansible inventory probed (the probe zipapp runs there with python3; nothing installed):
+    (members, the signal that cancelled the run or None). A host that could not be probed is a member with a status
+    and a problem, never left out."""
+    from . import arguments as a
+    from .fleet_check import gather
+    a.text("inventory", inventory, optional=False)
+    members, outcome = gather(inventory, limit, forks, on_update, connection=connection)
+    return members, outcome.signal
+
+
+def save_fleet(members, directory: str) -> List[str]:
+    """One snapshot file per member in `directory` (an existing directory); returns the paths written."""
+    import os
+
+    from .fleet_check import save
+    if not os.path.isdir(directory):
+        raise bad_argument("directory", f"{directory}: not an existing directory (one snapshot file per host)")
+    return save(members, directory)
+
+
+@dataclass
+class FleetCheckResult:
+    """A fleet judged (fleet_check.FleetResult) and the signal that cancelled its gathering, if one did."""
+    fleet: Any
+    cancelled: Optional[int] = None
+
+    @property
+    def verdict(self) -> str:
+        return self.document()["verdict"]
+
+    def document(self) -> dict:
+        from .report import fleet_document
+        return fleet_document(self.fleet)
+
+
+def check_fleet(members=None, *, inventory: Optional[str] = None, limit: Optional[str] = None,
+                forks: Optional[int] = None, connection=None, on_update=None, profile_name: Optional[str] = None,
+                require_gpu: bool = False, skip: Sequence[str] = (), only: Sequence[str] = (),
+                baseline: Optional[str] = None) -> FleetCheckResult:
+    """Judge a fleet: `members` (saved_fleet()), or every host of `inventory`, each by the rules of one host, plus
+    the drift between them (against `baseline`, a member's name or a snapshot file, instead of the majority)."""
+    from . import arguments as a
+    from .fleet_check import judge_fleet
+    from .rules import Context, check_filters
+    if (members is None) == (inventory is None):
+        raise bad_argument("members", "give the saved members or an inventory, not both and not neither")
+    a.texts("skip", skip), a.texts("only", only), a.text("baseline", baseline)
+    check_filters(skip, only)
+    context = Context(profile=profile(profile_name), require_gpu=require_gpu)
+    cancelled = None
+    if inventory is not None:
+        members, cancelled = gather_fleet(inventory, limit=limit, forks=forks, connection=connection,
+                                          on_update=on_update)
+    return FleetCheckResult(judge_fleet(members, context, skip, only, baseline), cancelled)
+
+
+# --- what a scheduler or a monitor runs on the node ---------------------------------------------------------
+
+def _judged(sources: Sequence[str], profile_name: Optional[str], skip: Sequence[str], only: Sequence[str]):
+    """(the check's result, the findings its profile says to act on) for this host or the captures given."""
+    from . import adapters
+    result = check(sources, profile_name=profile_name, docker=False, skip=skip, only=only, allow_mixed=True)
+    return result, adapters.problems(result.findings, result.settings)
+
+
+def npd(sources: Sequence[str] = (), *, profile_name: Optional[str] = None, skip: Sequence[str] = (),
+        only: Sequence[str] = ()):
+    """node-problem-detector's custom plugin protocol: (exit code 0 healthy or 1 a problem, one line of at most 80
+    characters). What cannot be judged raises; adapters.npd_unknown words it as the plugin's unknown (2)."""
+    from . import adapters
+    return adapters.npd(_judged(sources, profile_name, skip, only)[1])
+
+
+def nagios(sources: Sequence[str] = (), *, profile_name: Optional[str] = None, skip: Sequence[str] = (),
+           only: Sequence[str] = ()):
+    """The Nagios/Icinga plugin protocol: (0 OK, 1 WARNING or 2 CRITICAL, one status line with performance data).
+    What cannot be judged raises; adapters.nagios_unknown words it as UNKNOWN (3)."""
+    from . import adapters
+    result, found = _judged(sources, profile_name, skip, only)
+    return adapters.nagios(result.findings, found)
+
+
+def slurm_hook(hook: str, *, sources: Sequence[str] = (), profile_name: Optional[str] = None,
+               skip: Sequence[str] = (), only: Sequence[str] = (), node: Optional[str] = None,
+               scontrol: str = "scontrol", require_burnin: Optional[str] = None, burnin_within: Optional[str] = None,
+               baseline_dir: str = "/run/gpuprep/slurm", budget: float = 45.0):
+    """Slurm's HealthCheckProgram, Prolog or Epilog (`hook`): judge this node within `budget` seconds (from the
+    interpreter's start) under the node's lock, then drain it with gpuprep's reason, resume a node gpuprep drained
+    once healthy (and, with `require_burnin`, after a passing burn-in report), or leave it. Returns (exit code: 1
+    when the node fails a health check or prolog, else 0; the line saying what was done). Raises on gpuprep's own
+    trouble; the hook's exit policy (probe_main) turns that into "left as it was"."""
+    import os
+    import socket
+    import time
+
+    from . import adapters, slurm
+    from . import arguments as a
+    if hook not in slurm.HOOKS:
+        raise bad_argument("hook", f"{hook!r}: one of {', '.join(slurm.HOOKS)}")
+    a.texts("sources", sources), a.texts("skip", skip), a.texts("only", only)
+    a.seconds("budget", budget)
+    within = slurm.parse_age(burnin_within) if burnin_within else None
+    name = slurm.node_name(node)
+    job = os.environ.get("SLURM_JOB_ID", "")
+    remaining = budget - slurm.process_age()
+    with slurm.time_limit(remaining), slurm.HookLock(baseline_dir).held(0 if hook == "healthcheck" else remaining):
+        facts_at = time.time()
+        facts = slurm.since_job_start(hook, job, snapshot(sources, docker=False, allow_mixed=True), baseline_dir)
+        result = check(facts=facts, profile_name=profile_name, skip=skip, only=only)
+        found = adapters.problems(result.findings, result.settings)
+        gpus = [v for g in facts.gpus or [] for v in (g.uuid, g.pci_bus_id) if v]
+        gate = slurm.Gate(require_burnin, within, socket.gethostname(), gpus)
+        outcome = slurm.act(name, found, slurm.Scontrol(scontrol), gate, facts_at=facts_at)
+    line = f"gpuprep slurm {hook}: node {name}: {outcome.action.kind} ({outcome.action.why})"
+    return (1 if found and hook in ("healthcheck", "prolog") else 0), line
+
+
+# --- the NCCL environment, the node probe, one rank's launch --------------------------------------------------
+
+def nccl_env(sources: Sequence[str] = (), *, root: Optional[str] = None, default_interface: Optional[str] = None,
+             socket_ifname: Optional[str] = None, overrides: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The variables the nccl_env role writes to /etc/gpuprep/env for this host (or `root`, a chroot or image, as
+    the role's sysroot; or the GPUs and, without `root`, the host facts of captures), from the role's own code."""
+    from . import arguments as a
+    from .ncclenv import environment, facts_from_snapshot, host_facts
+    a.texts("sources", sources), a.text("root", root), a.text("default_interface", default_interface)
+    snap = snapshot(sources, docker=False) if sources else None
+    facts = host_facts(root or "/") if (root or snap is None) else facts_from_snapshot(snap)
+    if default_interface:
+        facts["default_interface"] = default_interface
+    if snap is not None:
+        gpu_count = len(snap.gpus or [])
+    else:
+        from .burnin import detect_gpus
+        gpu_count = detect_gpus()
+    return environment(facts, gpu_count, socket_ifname, overrides)
+
+
+def zipapp(output: str) -> str:
+    """Write the node probe as one file (python3 >= 3.8 runs it on a node with nothing installed); its path."""
+    from . import arguments as a
+    from .output import check_destination
+    from .zipapp import build
+    a.text("output", output, optional=False)
+    check_destination(output)
+    return build(output)
+
+
+def launch(command: Sequence[str], *, plan_file: Optional[str] = None, mode: str = "exclusive") -> None:
+    """Become one rank of a torchrun job (exec `command`), placed by the plan: `plan_file` (gpuprep plan --json -o)
+    or this host's facts in `mode`. Returns only when it cannot start the command (raising)."""
+    from .launch import run
+    run(plan_file, mode, list(command), planner=plan)

@@ -10,18 +10,12 @@ from typing import List, Optional, Sequence
 import click
 
 from . import __version__
-from . import errors
+from . import errors, options
 from .errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from .formats import BY_EXTENSION, FORMATS
 
 
-# Flags that set the API's arguments: a library error about an argument is shown with the flag the user typed.
-FLAGS = {"driver": "--driver", "cuda": "--cuda", "cudnn": "--cudnn", "torch": "--torch", "gpu": "--gpu", "cc": "--cc",
-         "duration": "--duration", "master": "--master", "nnodes": "--nnodes", "node_rank": "--node-rank",
-         "backend": "--backend", "ranks": "--nproc", "plan": "--plan", "baseline": "--baseline", "output": "-o",
-         "extra_vars": "-e", "dcgm_level": "--dcgm-level", "skip": "--skip", "only": "--only", "tags": "--tags", "inventory": "-i",
-         "local": "--local", "paths": "TRACE", "pid": "--pid", "command": "COMMAND", "seconds": "--duration",
-         "interval": "--interval"}
+FLAGS = options.FLAGS      # a library error about an argument is shown with the flag the user typed
 
 
 # click's own endings in front of gpuprep's table (errors.EXITS): (exception type, exit code, message, debug).
@@ -76,14 +70,9 @@ def cli() -> None:
     """Check, tune and burn in GPU nodes for training."""
 
 
-def _gather(sources: List[str], root: str, no_docker: bool, allow_mixed: bool = False, deep: bool = False,
-            dcgm_level: int = 1):
-    if deep and (sources or no_docker):
-        from .errors import BadInput
-        raise BadInput("--deep starts containers on this host: not with --from or --no-docker")
+def _gather(sources: List[str], root: str, no_docker: bool, allow_mixed: bool = False):
     from . import api
-    return api.snapshot(sources, root=root, docker=not no_docker, deep=deep, allow_mixed=allow_mixed,
-                        dcgm_level=dcgm_level)
+    return api.snapshot(sources, root=root, docker=not no_docker, allow_mixed=allow_mixed)
 
 
 def _connection_options(fn):
@@ -150,40 +139,37 @@ def _fleet_options(fn):
 @click.option("--no-docker", is_flag=True, help="Do not query the Docker daemon.")
 def snapshot(sources, output, inventory, limit, forks, root, no_docker):
     """Write the host's facts as a snapshot JSON document (with -i: every host's, one file each)."""
+    from . import api
     from .output import check_destination, write_atomic
     if inventory:
         from .errors import BadInput
-        from .fleet_check import save
         if not output or not os.path.isdir(output):
             raise BadInput("snapshot -i needs -o DIR, an existing directory for one snapshot file per host")
-        members, cancelled = _gather_fleet(inventory, limit, forks, progress=True)
-        for path in save(members, output):
+        with _fleet_progress(True) as on_update:
+            members, cancelled = api.gather_fleet(inventory, limit=limit, forks=forks, connection=_connection(),
+                                                  on_update=on_update)
+        for path in api.save_fleet(members, output):
             click.echo(path)
         if cancelled:
             return 128 + cancelled
         return EXIT_FAILED if any(m.snapshot is None for m in members) else EXIT_OK
     if output:
         check_destination(output)
-    snap = _gather(list(sources), root, no_docker)
-    text = snap.to_json()
+    text = _gather(list(sources), root, no_docker).to_json()
     if output:
         write_atomic(output, text + "\n")
     else:
         click.echo(text)
 
 
-def _gather_fleet(inventory, limit, forks, progress: bool):
-    """The fleet's members, with apply's live per-host view on a terminal (plain lines otherwise)."""
+def _fleet_progress(progress: bool):
+    """apply's live per-host view while a fleet is probed, on a terminal; plain lines on stderr otherwise."""
+    import contextlib
+
     from .ansible.view import line_view, live_view
-    from .fleet_check import gather
-    connection = _connection()
     if progress and sys.stderr.isatty():
-        with live_view() as on_update:
-            members, outcome = gather(inventory, limit, forks, on_update, connection=connection)
-    else:
-        members, outcome = gather(inventory, limit, forks, line_view(lambda line: click.echo(line, err=True)),
-                                  connection=connection)
-    return members, outcome.signal
+        return live_view()
+    return contextlib.nullcontext(line_view(lambda line: click.echo(line, err=True)))
 
 
 def _format_options(fn):
@@ -222,19 +208,19 @@ def _emit(document: dict, fmt: str, output, verbose: bool = False, drift_groups:
         click.echo(render(document, fmt, colour=colour, verbose=verbose, drift_groups=drift_groups), nl=False)
 
 
+_CHECK_FROM = ("Judge captures instead of this host. Repeat to combine several files of one host; snapshot files of "
+               "several hosts, or a directory of them (snapshot -i -o DIR), are judged as a fleet.")
+
+
 @cli.command()
-@click.option("--from", "sources", multiple=True, metavar="FILE|DIR",
-              help="Judge captures instead of this host. Repeat to combine several files of one host; snapshot "
-                   "files of several hosts, or a directory of them (snapshot -i -o DIR), are judged as a fleet.")
+@options.click_options(options.with_help(options.JUDGING[:1], "--from", _CHECK_FROM, "FILE|DIR"))
 @_fleet_options
 @click.option("--drift", "show_drift", is_flag=True, help="Fleet: show every drifting fact with its groups of hosts.")
 @click.option("--baseline", metavar="HOST|SNAPSHOT", help="Fleet: measure drift against this host or snapshot "
                                                           "instead of the majority. One host: report what changed "
                                                           "since this snapshot of it (gpuprep snapshot -o FILE).")
 @_format_options
-@click.option("--profile", metavar="NAME|FILE.toml", help="Node profile: dev, training, inference, or a TOML file.")
-@click.option("--skip", multiple=True, metavar="ID", help="Waive a check id (or a whole area). Repeatable.")
-@click.option("--only", multiple=True, metavar="AREA", help="Only this area (or id). Repeatable.")
+@options.click_options(options.JUDGING[1:])
 @click.option("--require-gpu", is_flag=True, help="Fail when no NVIDIA driver/GPU is present.")
 @click.option("-v", "--verbose", is_flag=True, help="Show passing checks too.")
 @click.option("--facts-only", is_flag=True, help="Show the facts without judging them.")
@@ -249,66 +235,56 @@ def _emit(document: dict, fmt: str, output, verbose: bool = False, drift_groups:
 def check(sources, inventory, limit, forks, show_drift, baseline, fmt, as_json, output, profile, skip, only,
           require_gpu, verbose, facts_only, root, no_docker, deep, dcgm_level, allow_mixed):
     """Gather facts (or read captures), judge them, report findings. Exit 1 if any check (or host) fails."""
+    from . import api
     from .errors import BadInput
-    from .fleet_check import saved_fleet
-    from .rules import Context, check_filters
-
-    check_filters(skip, only)
     fmt = _chosen_format(fmt, as_json, output)
     if output:
         from .output import check_destination
         check_destination(output)
     if inventory and sources:
         raise BadInput("give either -i INVENTORY or --from files, not both")
-    context = Context(profile=_profile(profile), require_gpu=require_gpu)
-    members = None if inventory else saved_fleet(list(sources))
-    if deep and (inventory or members is not None):
-        raise BadInput("--deep runs on this host only; across a fleet the container_toolkit role runs the smoke test")
+    members = None if inventory else api.saved_fleet(sources)
     if inventory or members is not None:
-        return _check_fleet(inventory, limit, forks, members, context, skip, only, baseline, show_drift, fmt, output,
-                            verbose)
+        if deep:
+            raise BadInput("--deep runs on this host only; across a fleet the container_toolkit role runs the smoke test")
+        return _check_fleet(members, inventory, limit, forks, fmt, output, verbose, show_drift, profile_name=profile,
+                            require_gpu=require_gpu, skip=skip, only=only, baseline=baseline)
     if show_drift:
         raise BadInput("--drift compares hosts: give -i INVENTORY or snapshots of several hosts")
-    baseline_snap = None
-    if baseline:        # one host against its own known-good snapshot (gpuprep snapshot -o baseline.json)
-        if not os.path.isfile(baseline):
-            raise BadInput(f"--baseline {baseline}: for one host, a snapshot file (gpuprep snapshot -o FILE)")
-        from .parsers import import_files
-        baseline_snap = import_files([baseline])
-    if facts_only and require_gpu:
-        raise BadInput("--facts-only judges nothing, so --require-gpu cannot fail it: drop one of them")
-    snap = _gather(list(sources), root, no_docker, allow_mixed, deep, dcgm_level)
     if facts_only:
-        if fmt == "text":
-            from .report.terminal import render_facts_only
-            click.echo(render_facts_only(snap, colour=sys.stdout.isatty()), nl=False)
-        else:
-            click.echo(snap.to_json())
-        return EXIT_OK
-    from . import api
-    document = api.check(facts=snap, profile_name=profile, require_gpu=require_gpu, skip=skip, only=only,
-                         baseline=baseline_snap).document()
+        return _facts_only(sources, root, no_docker, allow_mixed, fmt, require_gpu)
+    document = api.check(sources, profile_name=profile, require_gpu=require_gpu, skip=skip, only=only, root=root,
+                         docker=not no_docker, deep=deep, allow_mixed=allow_mixed, dcgm_level=dcgm_level,
+                         baseline=baseline).document()
     _emit(document, fmt, output, verbose)
     return _verdict_exit(document)
 
 
-def _profile(profile):
-    if not profile:
-        return {}
-    from .profiles import load as load_profile
-    return load_profile(profile)
+def _facts_only(sources, root, no_docker, allow_mixed, fmt, require_gpu) -> int:
+    if require_gpu:
+        from .errors import BadInput
+        raise BadInput("--facts-only judges nothing, so --require-gpu cannot fail it: drop one of them")
+    snap = _gather(list(sources), root, no_docker, allow_mixed)
+    if fmt == "text":
+        from .report.terminal import render_facts_only
+        click.echo(render_facts_only(snap, colour=sys.stdout.isatty()), nl=False)
+    else:
+        click.echo(snap.to_json())
+    return EXIT_OK
 
 
-def _check_fleet(inventory, limit, forks, members, context, skip, only, baseline, show_drift, fmt, output, verbose):
+def _check_fleet(members, inventory, limit, forks, fmt, output, verbose, show_drift, **judging):
     """`members`: a saved fleet already read, or None to gather the inventory's."""
-    from .fleet_check import judge_fleet
-    from .report import fleet_document
-    cancelled = None
+    from . import api
     if inventory:
-        members, cancelled = _gather_fleet(inventory, limit, forks, progress=fmt == "text")
-    document = fleet_document(judge_fleet(members, context, skip, only, baseline))
+        with _fleet_progress(fmt == "text") as on_update:
+            result = api.check_fleet(inventory=inventory, limit=limit, forks=forks, connection=_connection(),
+                                     on_update=on_update, **judging)
+    else:
+        result = api.check_fleet(members, **judging)
+    document = result.document()
     _emit(document, fmt, output, verbose, drift_groups=show_drift)
-    return _verdict_exit(document, cancelled)
+    return _verdict_exit(document, result.cancelled)
 
 
 @cli.command()
@@ -445,8 +421,8 @@ def plan(sources, nproc, mode, visible, fmt, as_json, output):
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def launch(plan_file, mode, command):
     """Run COMMAND as one rank, placed by the plan (torchrun --no-python gpuprep launch [--plan F] -- CMD)."""
-    from .launch import run
-    run(plan_file, mode, command)
+    from . import api
+    api.launch(command, plan_file=plan_file, mode=mode)
 
 
 @cli.command("nccl-env")
@@ -459,17 +435,10 @@ def launch(plan_file, mode, command):
 @click.option("--json", "as_json", is_flag=True, help="The variables as one JSON object instead of the file.")
 def nccl_env(sources, root, default_interface, socket_ifname, overrides, as_json):
     """Print the file the nccl_env role writes to /etc/gpuprep/env for this host (same code, same facts)."""
-    from .ncclenv import environment, facts_from_snapshot, host_facts, render_env_file
-    snap = _gather(list(sources), "/", True) if sources else None
-    facts = host_facts(root or "/") if (root or not snap) else facts_from_snapshot(snap)
-    if default_interface:
-        facts["default_interface"] = default_interface
-    if snap is not None:
-        gpu_count = len(snap.gpus or [])
-    else:
-        from .burnin import detect_gpus
-        gpu_count = detect_gpus()
-    env = environment(facts, gpu_count, socket_ifname, _key_values(overrides, "--set"))
+    from . import api
+    from .ncclenv import render_env_file
+    env = api.nccl_env(list(sources), root=root, default_interface=default_interface, socket_ifname=socket_ifname,
+                       overrides=_key_values(overrides, "--set"))
     if as_json:
         import json
         click.echo(json.dumps(env, indent=2, sort_keys=True))
@@ -676,10 +645,8 @@ _node_hook("nagios", "Nagios/Icinga plugin: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 
 def zipapp(output):
     """Write the node probe as one file for plain ansible-playbook (check.yml, the gpuprep_agent role):
     run by python3 >= 3.8 on a node with nothing installed."""
-    from .output import check_destination
-    from .zipapp import build
-    check_destination(output)
-    click.echo(build(output))
+    from . import api
+    click.echo(api.zipapp(output))
 
 
 if __name__ == "__main__":

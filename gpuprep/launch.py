@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from .errors import BadInput, bad_argument
 from .parsers.values import compress_cpulist
@@ -40,7 +40,7 @@ def _say(line: str) -> None:
     sys.stderr.write(f"gpuprep launch: {line}\n")
 
 
-def rank_plan(plan_file: Optional[str], mode: str, environ: Dict[str, str]) -> Rank:
+def rank_plan(plan_file: Optional[str], mode: str, environ: Dict[str, str], planner: Callable[..., LaunchPlan]) -> Rank:
     if "LOCAL_RANK" not in environ:
         _say("LOCAL_RANK is not set (not started by torchrun?): running as local rank 0")
     rank = local_rank(environ)
@@ -51,10 +51,9 @@ def rank_plan(plan_file: Optional[str], mode: str, environ: Dict[str, str]) -> R
             _say(f"the plan was made on {plan.host}, not on this host ({socket.gethostname()}): its CPUs, NICs and "
                  f"thread counts are that host's")
     else:
-        from . import api
         size = environ.get("LOCAL_WORLD_SIZE")
         nproc = int(size) if size and size.isdigit() else None
-        plan = api.plan(ranks=nproc, mode=mode, visible=environ.get("CUDA_VISIBLE_DEVICES"),
+        plan = planner(ranks=nproc, mode=mode, visible=environ.get("CUDA_VISIBLE_DEVICES"),
                         allowed=os.sched_getaffinity(0))
     if rank >= len(plan.ranks):
         raise BadInput(f"LOCAL_RANK={rank}, but the plan has {len(plan.ranks)} ranks")
@@ -69,12 +68,13 @@ def command_line(rank: Rank, command: Sequence[str], numactl: Optional[str]) -> 
     return list(command)
 
 
-def run(plan_file: Optional[str], mode: str, command: Sequence[str]) -> None:
-    """Does not return: execs the command (or raises BadInput before anything changed)."""
+def run(plan_file: Optional[str], mode: str, command: Sequence[str], planner: Callable[..., LaunchPlan]) -> None:
+    """Does not return: execs the command (or raises BadInput before anything changed). `planner` (api.plan) plans
+    this host when no plan file is given."""
     if not command:
         raise BadInput("nothing to launch: gpuprep launch [--plan FILE] -- COMMAND ...")
     environ = dict(os.environ)
-    rank = rank_plan(plan_file, mode, environ)
+    rank = rank_plan(plan_file, mode, environ, planner)
     allowed = os.sched_getaffinity(0)
     cpus = set(rank.cpus) & allowed
     if not cpus:

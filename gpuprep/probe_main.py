@@ -9,6 +9,7 @@ import sys
 from typing import Optional, Sequence
 
 from .errors import exit_for
+from .options import FLAGS
 
 
 def _parser(prog: str = "gpuprep-probe") -> argparse.ArgumentParser:
@@ -63,11 +64,8 @@ def _seconds(text: str) -> float:
 
 
 def _judging(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--from", dest="sources", action="append", default=[], metavar="FILE",
-                        help="judge captures or a snapshot instead of this host")
-    parser.add_argument("--profile", metavar="NAME|FILE.toml", help="its act_on says which severities count")
-    parser.add_argument("--skip", action="append", default=[], metavar="ID")
-    parser.add_argument("--only", action="append", default=[], metavar="AREA")
+    from .options import JUDGING, add_arguments
+    add_arguments(parser, JUDGING)
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = "gpuprep-probe") -> int:
@@ -83,7 +81,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "gpuprep-probe") -> i
             return _slurm(args)
         return _textfile(args)
     except (Exception, KeyboardInterrupt) as exc:    # noqa: BLE001 (one line, never a traceback in a timer's journal)
-        code, message, _ = exit_for(exc, _FLAGS)
+        code, message, _ = exit_for(exc, FLAGS)
         sys.stderr.write(f"{prog}: error: {message}\n")
         return code
 
@@ -100,33 +98,25 @@ def _textfile(args) -> int:
     from .output import check_destination, write_atomic
     from .report import render
     check_destination(args.output)
-    api.profile(args.profile)                  # a bad profile stops before the host is probed
     result = api.check(profile_name=args.profile, docker=not args.no_docker)
     write_atomic(args.output, render(result.document(), "prometheus"))
     return 0
 
 
-_FLAGS = {"output": "-o", "profile": "--profile", "skip": "--skip", "only": "--only", "age": "--burnin-within"}
 
 
-def _judged(args):
-    """(the check's result, the findings the profile says to act on) for this host or the captures given."""
-    from . import adapters, api
-    profile = api.profile(args.profile)
-    result = api.check(args.sources, profile_name=args.profile, docker=False, skip=args.skip, only=args.only,
-                       allow_mixed=True)
-    return result, adapters.problems(result.findings, profile)
+def _judging_arguments(args) -> dict:
+    return dict(sources=args.sources, profile_name=args.profile, skip=args.skip, only=args.only)
 
 
 def _npd(args):
-    from . import adapters
-    return adapters.npd(_judged(args)[1])
+    from . import api
+    return api.npd(**_judging_arguments(args))
 
 
 def _nagios(args):
-    from . import adapters
-    result, found = _judged(args)
-    return adapters.nagios(result.findings, found)
+    from . import api
+    return api.nagios(**_judging_arguments(args))
 
 
 # command -> (judge and word it, exit code and line for what could not be judged): a monitor reads the line on
@@ -147,7 +137,7 @@ def _monitor(args) -> int:
     try:
         code, line = judge(args)
     except Exception as exc:     # noqa: BLE001 (bad input, a failed probe: unknown, in the monitor's words)
-        code, line = unknown(exit_for(exc, _FLAGS)[1])
+        code, line = unknown(exit_for(exc, FLAGS)[1])
     sys.stdout.write(line + "\n")
     return code
 
@@ -161,98 +151,19 @@ def _slurm(args) -> int:
     try:
         return _slurm_hook(args)
     except Exception as exc:     # noqa: BLE001 (gpuprep's own trouble, whatever it is, must not drain the node)
-        line = f"gpuprep slurm {args.hook}: the node was left as it was: {exit_for(exc, _FLAGS)[1]}"
+        line = f"gpuprep slurm {args.hook}: the node was left as it was: {exit_for(exc, FLAGS)[1]}"
         slurm.journal([line])
         sys.stderr.write(line + "\n")
         return 0
 
 
 def _slurm_hook(args) -> int:
-    """Within the budget (counted from the interpreter's start), under the node's lock: judge, then drain, resume
-    or leave the node; the epilog counts only Xid lines new since the job started and exits 0 once it drained."""
-    import os
-    import socket
-    import time
-
-    from . import slurm
-    within = slurm.parse_age(args.burnin_within) if args.burnin_within else None
-    name = slurm.node_name(args.node)
-    job = os.environ.get("SLURM_JOB_ID", "")
-    budget = args.budget - _process_age()
-    with _budget(budget):
-        lock = slurm.HookLock(args.baseline_dir)
-        if not lock.acquire(0 if args.hook == "healthcheck" else budget):
-            from .errors import GpuprepError
-            raise GpuprepError("another gpuprep hook holds this node's lock (it judges and acts now)")
-        try:
-            facts_at = time.time()
-            facts = _hook_facts(args, job)
-            from . import adapters, api
-            profile = api.profile(args.profile)
-            result = api.check(facts=facts, profile_name=args.profile, skip=args.skip, only=args.only)
-            found = adapters.problems(result.findings, profile)
-            gpus = [v for g in facts.gpus or [] for v in (g.uuid, g.pci_bus_id) if v]
-            gate = slurm.Gate(args.require_burnin, within, socket.gethostname(), gpus)
-            outcome = slurm.act(name, found, slurm.Scontrol(args.scontrol), gate, facts_at=facts_at)
-        finally:
-            lock.release()
-    sys.stderr.write(f"gpuprep slurm {args.hook}: node {name}: {outcome.action.kind} ({outcome.action.why})\n")
-    return 1 if found and args.hook in ("healthcheck", "prolog") else 0
-
-
-def _process_age() -> float:
-    """Seconds since this process started (the interpreter's start counts against a hook's budget): /proc's
-    start time in clock ticks since boot against the uptime; 0 where /proc cannot tell."""
-    import os
-    try:
-        with open("/proc/self/stat") as fh:
-            started = int(fh.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
-        with open("/proc/uptime") as fh:
-            return max(0.0, float(fh.read().split()[0]) - started)
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
-def _hook_facts(args, job: str):
-    """The node's facts; the prolog notes how many Xid lines the kernel log holds, the epilog keeps only the lines
-    that came after (a rotated log: all of them)."""
-    from . import api, slurm
-    facts = api.snapshot(args.sources, docker=False, allow_mixed=True)
-    if args.hook == "prolog" and job:
-        slurm.record_baseline(job, len(facts.xids) if facts.xids is not None else None, args.baseline_dir)
-    if args.hook == "epilog" and job:
-        before = slurm.read_baseline(job, args.baseline_dir)
-        if before is not None and facts.xids is not None and len(facts.xids) >= before:
-            facts.xids = facts.xids[before:]
-    return facts
-
-
-class _Budget(BaseException):     # not an Exception: no "except Exception" in the probe may swallow it
-    pass
-
-
-def _budget(seconds: float):
-    """Stop judging after `seconds` (SIGALRM): a GpuprepError that changes nothing on the node."""
-    import contextlib
-    import signal
-
-    from .errors import GpuprepError
-
-    @contextlib.contextmanager
-    def limited():
-        def expired(signum, frame):
-            raise _Budget()
-        previous = signal.signal(signal.SIGALRM, expired)
-        signal.setitimer(signal.ITIMER_REAL, max(0.001, seconds))
-        try:
-            yield
-        except _Budget:
-            raise GpuprepError(f"judging took longer than the budget of {seconds:g} s: the node was left as "
-                               "it was") from None
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-    return limited()
+    from . import api
+    code, line = api.slurm_hook(args.hook, **_judging_arguments(args), node=args.node, scontrol=args.scontrol,
+                                require_burnin=args.require_burnin, burnin_within=args.burnin_within,
+                                baseline_dir=args.baseline_dir, budget=args.budget)
+    sys.stderr.write(line + "\n")
+    return code
 
 
 if __name__ == "__main__":      # last: main() uses the tables above (python -m gpuprep.probe_main)

@@ -6,9 +6,11 @@ It never touches a drain that is not its own: an admin's, NHC's, a failed prolog
 pure (decide); the I/O is scontrol, the journal (syslog), and a small per-job file for the epilog's baseline."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import stat
 import subprocess
@@ -22,6 +24,7 @@ from .rules import Finding
 
 SCONTROL_TIMEOUT = 20       # seconds: slurmctld answers in milliseconds; a hung one must not hang the hook
 BASELINE_DIR = "/run/gpuprep/slurm"     # the prolog's record of each job's start, read by its epilog
+HOOKS = ("healthcheck", "prolog", "epilog")
 
 
 @dataclass
@@ -325,6 +328,61 @@ class HookLock:
         if self.fd is not None:
             os.close(self.fd)       # closing the descriptor releases the flock
             self.fd = None
+
+    @contextlib.contextmanager
+    def held(self, wait_seconds: float):
+        """The lock for the block, or GpuprepError when another hook holds it past `wait_seconds`."""
+        if not self.acquire(wait_seconds):
+            self.release()
+            raise GpuprepError("another gpuprep hook holds this node's lock (it judges and acts now)")
+        try:
+            yield self
+        finally:
+            self.release()
+
+
+def since_job_start(hook: str, job: str, facts, directory: str = BASELINE_DIR):
+    """The node's facts for a hook: the prolog notes how many Xid lines the kernel log holds, the epilog keeps only
+    the lines that came after (a rotated log: all of them)."""
+    if hook == "prolog" and job:
+        record_baseline(job, len(facts.xids) if facts.xids is not None else None, directory)
+    if hook == "epilog" and job:
+        before = read_baseline(job, directory)
+        if before is not None and facts.xids is not None and len(facts.xids) >= before:
+            facts.xids = facts.xids[before:]
+    return facts
+
+
+def process_age() -> float:
+    """Seconds since this process started (the interpreter's start counts against a hook's budget): /proc's
+    start time in clock ticks since boot against the uptime; 0 where /proc cannot tell."""
+    try:
+        with open("/proc/self/stat") as fh:
+            started = int(fh.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as fh:
+            return max(0.0, float(fh.read().split()[0]) - started)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+class _OverBudget(BaseException):     # not an Exception: no "except Exception" in the probe may swallow it
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Stop judging after `seconds` (SIGALRM): a GpuprepError that changes nothing on the node."""
+    def expired(signum, frame):
+        raise _OverBudget()
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, max(0.001, seconds))
+    try:
+        yield
+    except _OverBudget:
+        raise GpuprepError(f"judging took longer than the budget of {seconds:g} s: the node was left as it was") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def allocation(environ) -> Optional[tuple]:

@@ -55,7 +55,7 @@ def test_every_corpus_capture_is_judged_with_registered_ids_only():
 
 def test_each_role_readme_lists_every_variable_its_argument_specs_check():
     import yaml
-    roles = sorted(p for p in (REPO / "roles").iterdir() if (p / "meta" / "argument_specs.yml").is_file())
+    roles = sorted(p for p in (REPO / "collection" / "roles").iterdir() if (p / "meta" / "argument_specs.yml").is_file())
     assert len(roles) >= 7
     for role in roles:
         spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]

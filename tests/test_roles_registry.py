@@ -4,7 +4,7 @@ import yaml
 
 from conftest import REPO
 
-ROLES = REPO / "roles"
+ROLES = REPO / "collection" / "roles"
 
 
 def test_apply_yml_is_the_one_role_list_and_every_role_is_in_it():
@@ -16,7 +16,7 @@ def test_apply_yml_is_the_one_role_list_and_every_role_is_in_it():
 
 def test_revert_yml_names_no_role_and_each_role_owns_its_revert_steps():
     from gpuprep.ansible.runner import role_names
-    revert = (REPO / "playbooks" / "revert.yml").read_text()
+    revert = (REPO / "collection" / "playbooks" / "revert.yml").read_text()
     assert not [name for name in role_names() if name in revert]
     for name in role_names():
         tasks = yaml.safe_load((ROLES / name / "tasks" / "revert.yml").read_text())
