@@ -269,7 +269,8 @@ def burnin(seconds: float = 60.0, *, ranks: Optional[int] = None, backend: str =
     with `nnodes` > 1, this host is node `node_rank` of a run whose rendezvous is `master` (HOST:PORT).
     `on_start(backend, ranks_per_node)` is called once the run is about to start on this host."""
     from . import arguments as a
-    from .burnin import launch, torch_problem
+    from .burnin import torch_problem
+    from .burnin.torchrun import launch
     from .burnin.judge import judge
     a.seconds("seconds", seconds)
     a.whole("ranks", ranks, minimum=1, optional=True)
@@ -285,7 +286,7 @@ def burnin(seconds: float = 60.0, *, ranks: Optional[int] = None, backend: str =
         raise bad_argument("master", lambda name: f"is for a multi-node run: give {name('nnodes')} N (and "
                                                   f"{name('node_rank')}), or {name('inventory')} INVENTORY")
     if inventory:
-        from .burnin.fleet_run import run_fleet
+        from .burnin.remote import run_fleet
         run = run_fleet(inventory, seconds, "auto" if ranks is None else str(ranks), backend, master, rdzv_timeout,
                         connection=connection)
         chosen = next(iter(run.ranks.values()))["backend"] if run.ranks else backend
@@ -372,10 +373,10 @@ def watch(pid: Optional[int] = None, *, command: Optional[Sequence[str]] = None,
 # --- fleets -------------------------------------------------------------------------------------------------
 
 def saved_fleet(sources: Sequence[str]):
-    """The members (fleet_check.Member) when `sources` name a saved fleet (a directory of snapshots, or snapshot
+    """The members (fleet.Member) when `sources` name a saved fleet (a directory of snapshots, or snapshot
     files of several hosts), else None: the files are one host's captures."""
     from . import arguments as a
-    from .fleet_check import saved_fleet as members
+    from .fleet import saved_fleet as members
     return members(list(a.texts("sources", sources)))
 
 
@@ -385,7 +386,7 @@ def gather_fleet(inventory: str, *, limit: Optional[str] = None, forks: Optional
     (members, the signal that cancelled the run or None). A host that could not be probed is a member with a status
     and a problem, never left out."""
     from . import arguments as a
-    from .fleet_check import gather
+    from .fleet import gather
     a.text("inventory", inventory, optional=False)
     members, outcome = gather(inventory, limit, forks, on_update, connection=connection)
     return members, outcome.signal
@@ -395,7 +396,7 @@ def save_fleet(members, directory: str) -> List[str]:
     """One snapshot file per member in `directory` (an existing directory); returns the paths written."""
     import os
 
-    from .fleet_check import save
+    from .fleet import save
     if not os.path.isdir(directory):
         raise bad_argument("directory", f"{directory}: not an existing directory (one snapshot file per host)")
     return save(members, directory)
@@ -403,7 +404,7 @@ def save_fleet(members, directory: str) -> List[str]:
 
 @dataclass
 class FleetCheckResult:
-    """A fleet judged (fleet_check.FleetResult) and the signal that cancelled its gathering, if one did."""
+    """A fleet judged (fleet.FleetResult) and the signal that cancelled its gathering, if one did."""
     fleet: Any
     cancelled: Optional[int] = None
 
@@ -423,7 +424,7 @@ def check_fleet(members=None, *, inventory: Optional[str] = None, limit: Optiona
     """Judge a fleet: `members` (saved_fleet()), or every host of `inventory`, each by the rules of one host, plus
     the drift between them (against `baseline`, a member's name or a snapshot file, instead of the majority)."""
     from . import arguments as a
-    from .fleet_check import judge_fleet
+    from .fleet import judge_fleet
     from .rules import Context, check_filters
     if (members is None) == (inventory is None):
         raise bad_argument("members", "give the saved members or an inventory, not both and not neither")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Set
+from typing import Optional, Set, Union
 
 from .errors import BadInput
 
@@ -49,19 +49,25 @@ def _umask() -> int:
     return mask
 
 
-def write_atomic(path: str, text: str, option: str = "-o") -> None:
+def write_atomic(path: str, content: Union[str, bytes], option: str = "-o", mode: Optional[int] = None) -> None:
+    """gpuprep's one writer of files: text (UTF-8) or bytes, whole or not at all (a temporary file beside the target,
+    then a rename, through common.revert_record's writer, which the collection's modules use too); a device such as
+    /dev/null is written through. `mode`: the new file's permissions (default: the old file's, or 0666 less umask).
+    `option` names the flag the path came from in errors."""
     target = check_destination(path, option)
+    data = content.encode("utf-8") if isinstance(content, str) else content
     try:
         if _special(target):
-            with open(target, "w", encoding="utf-8") as fh:     # written through: /dev/null stays a device
-                fh.write(text)
+            with open(target, "wb") as fh:     # written through: /dev/null stays a device
+                fh.write(data)
             return
-        _replace(target, text)
+        _replace(target, data, mode)
     except OSError as exc:
         raise BadInput(f"{option} {path}: cannot write ({exc.strerror or exc}); nothing was changed there") from None
 
 
-def _replace(target: str, text: str) -> None:
+def _replace(target: str, data: bytes, mode: Optional[int]) -> None:
     from .common.revert_record import write_atomic as replace_file
-    mode = os.stat(target).st_mode & 0o7777 if os.path.exists(target) else 0o666 & ~_umask()
-    replace_file(target, text.encode("utf-8"), mode)
+    if mode is None:
+        mode = os.stat(target).st_mode & 0o7777 if os.path.exists(target) else 0o666 & ~_umask()
+    replace_file(target, data, mode)

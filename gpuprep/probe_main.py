@@ -83,7 +83,18 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "gpuprep-probe") -> i
     except (Exception, KeyboardInterrupt) as exc:    # noqa: BLE001 (one line, never a traceback in a timer's journal)
         code, message, _ = exit_for(exc, FLAGS)
         sys.stderr.write(f"{prog}: error: {message}\n")
+        if args.command == "snapshot":     # the controller reads why as data, not from stderr's words
+            sys.stdout.write(_probe_error(message) + "\n")
         return code
+
+
+def _probe_error(message: str) -> str:
+    import json
+    import socket
+
+    from .snapshot import PROBE_ERROR_SCHEMA
+    return json.dumps({"schema": PROBE_ERROR_SCHEMA, "host": socket.gethostname(), "status": "probe-failed",
+                       "problem": message})
 
 
 TEXTFILE_MIN_PYTHON = (3, 9)     # prometheus-client, bundled for the textfile, annotates with list[...]

@@ -19,6 +19,8 @@ from typing import Dict, List, Optional
 from .errors import BadInput
 
 SCHEMA = "gpuprep.snapshot/1"
+# what the probe prints instead of a snapshot when it could not take one: the host, a status and the problem, as data
+PROBE_ERROR_SCHEMA = "gpuprep.probe-error/1"
 SCHEMA_MAJOR = 1
 
 

@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Iterator, Tuple
 
 from . import __version__
-from .errors import BadInput
 
 _PACKAGE = Path(__file__).resolve().parent
 # controller-only parts: the CLI, the Ansible layer, the burn-in and the job diagnosis never run from the zipapp,
 # but for the burn-in report's schema, which the Slurm hooks' return-to-service gate checks on the node
-_LEFT_OUT = {"cli.py", "__main__.py", "zipapp.py", "fleet_check.py", "ansible", "burnin", "job", "share",
+_LEFT_OUT = {"cli.py", "__main__.py", "zipapp.py", "fleet.py", "ansible", "burnin", "job", "share",
              "__pycache__"}
 _KEPT = {"burnin/__init__.py", "burnin/report_schema.py"}
 MIN_PYTHON = (3, 8)
@@ -50,7 +49,7 @@ def build(target: str) -> str:
     """Write the zipapp to `target` (atomically, through the one atomic writer) and return its path."""
     import io
 
-    from .common.revert_record import write_atomic
+    from .output import write_atomic
     from .profiles import builtin
     body = io.BytesIO()
     with zipfile.ZipFile(body, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -59,10 +58,7 @@ def build(target: str) -> str:
         archive.writestr("__main__.py", _MAIN)
         # the built-in profiles as JSON: a node's python3 may be older than 3.11's tomllib
         archive.writestr("gpuprep/data/profiles.json", json.dumps(builtin(), sort_keys=True))
-    try:
-        write_atomic(target, b"#!/usr/bin/env python3\n" + body.getvalue(), 0o755)
-    except OSError as exc:
-        raise BadInput(f"cannot write the probe zipapp to {target} ({exc.strerror or exc})") from None
+    write_atomic(target, b"#!/usr/bin/env python3\n" + body.getvalue(), mode=0o755)
     return target
 
 

@@ -1,11 +1,12 @@
 """Real torchrun runs on the CPU (gloo): a pass, a straggler named, a dead rank named, bounded time."""
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
 from conftest import REPO, run_cli
-from gpuprep.burnin import launch
+from gpuprep.burnin.torchrun import launch
 from gpuprep.burnin.judge import judge
 
 pytest.importorskip("torch")
@@ -102,7 +103,7 @@ def test_the_rank_that_died_first_is_named_when_torchrun_sees_two_fail_at_once()
     raised because its peer vanished (seen in CI, a loaded machine). Real torchrun, a slow monitor to see both."""
     import subprocess
     import sys
-    from gpuprep.burnin import root_cause
+    from gpuprep.burnin.torchrun import root_cause
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            "--max-restarts", "0", "--monitor-interval", "3",
                            str(REPO / "tests" / "data" / "burnin" / "peer-vanishes.py")],
@@ -126,7 +127,7 @@ def test_bad_duration_is_bad_input():
 
 
 def _free_port():
-    from gpuprep.burnin import free_port
+    from gpuprep.burnin.torchrun import free_port
     return free_port()
 
 
@@ -167,7 +168,9 @@ def test_burnin_across_an_inventory_of_two_local_nodes(tmp_path):
     inventory = tmp_path / "two.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"node-a": {"ansible_host": "127.0.0.1"}, "node-b": {}},
                                                  "vars": {"ansible_connection": "local",
-                                                          "ansible_python_interpreter": sys.executable}}}))
+                                                          "ansible_python_interpreter": sys.executable,
+                                                          # the hosts' own gpuprep, as a user with a venv names it
+                                                          "burnin_gpuprep": str(Path(sys.executable).parent / "gpuprep")}}}))
     done = run_cli("burnin", "-i", str(inventory), "--backend", "gloo", "--duration", "8s", "--nproc", "1",
                    "--master", f"127.0.0.1:{port}", "--json", timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -94,7 +94,7 @@ ERROR_DOCUMENT = json.dumps({"schema": "gpuprep.error/1", "verdict": "error", "s
 
 def test_a_host_without_gpuprep_is_a_setup_error_of_that_host():
     from gpuprep.ansible.reducer import RunState, reduce
-    from gpuprep.burnin.fleet_run import _host_setup_errors
+    from gpuprep.burnin.remote import _host_setup_errors
     state = RunState()
     state = reduce(state, {"event": "runner_on_failed", "event_data": {"host": "node2", "task": "Run this node's ranks",
                    "res": {"msg": "[Errno 2] No such file or directory: b'/opt/gpuprep/bin/gpuprep'", "rc": 2}}}, 0.0)
@@ -118,7 +118,7 @@ def test_nccl_sweep_reaches_the_size_the_expectations_assume():
     """The expectations are ring busbw at 8-16 GiB; ring all-reduce is at its plateau from about 1 GiB. The sweep
     stopped at 256 MiB, where a healthy H200 read below its figure."""
     from gpuprep import knowledge as kb
-    from gpuprep.burnin import worker_options
+    from gpuprep.burnin.torchrun import worker_options
     nccl = worker_options("nccl", 60.0)
     largest = int(nccl[nccl.index("--max-mib") + 1]) << 20
     assert largest >= 1 << 30 and all(int(r["message_bytes"]) >= largest for r in kb.expected_busbw())
@@ -127,7 +127,7 @@ def test_nccl_sweep_reaches_the_size_the_expectations_assume():
 
 
 def test_torchs_own_nccl_error_handling_is_kept():
-    from gpuprep.burnin import child_environment
+    from gpuprep.burnin.torchrun import child_environment
     child = child_environment({"PATH": "/usr/bin"}, {"NCCL_SOCKET_IFNAME": "=eth0"})
     assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in child and child["NCCL_SOCKET_IFNAME"] == "=eth0"
     assert child["OMP_NUM_THREADS"] == "1"
@@ -141,7 +141,7 @@ def _report(ranks):
 def test_a_hosts_report_is_checked_field_by_field_before_it_is_judged(tmp_path):
     """Across an inventory each host's report comes back from that host: a bad one is that host's setup problem with
     the JSON path of the bad field, never a crash of the judge nor a rank taken on trust."""
-    from gpuprep.burnin.fleet_run import _host_report
+    from gpuprep.burnin.remote import _host_report
     good = tmp_path / "good.json"
     good.write_text(json.dumps(_report([gpu_rank(0, 360.0), gpu_rank(1, 360.0)])))
     ranks, problem = _host_report(str(good), "node1")
@@ -162,7 +162,7 @@ def test_a_hosts_report_is_checked_field_by_field_before_it_is_judged(tmp_path):
 
 
 def test_a_rank_two_hosts_claim_is_believed_from_neither():
-    from gpuprep.burnin.fleet_run import merge_reports
+    from gpuprep.burnin.remote import merge_reports
     failing = gpu_rank(0, 360.0, unc_after=3)
     forged = dict(gpu_rank(0, 360.0), host="node2")
     ranks, world, problems = merge_reports({"node1": [failing, gpu_rank(1, 360.0)], "node2": [forged]})

@@ -214,7 +214,7 @@ def test_an_oversized_e_file_is_refused_unread(tmp_path):
 
 
 def test_distinct_host_names_never_share_a_saved_fleet_file():
-    from gpuprep.fleet_check import file_name
+    from gpuprep.fleet import file_name
     names = ["node@1", "node_1", "node 1", "node/1", "..", ".hidden", "gpu-01"]
     files = [file_name(n) for n in names]
     assert len(set(files)) == len(names) and file_name("gpu-01") == "gpu-01"

@@ -99,7 +99,7 @@ def test_role_and_cli_write_the_same_file_on_an_8_gpu_rdma_host(tmp_path):
 def test_the_env_file_reads_back_as_systemd_reads_it(tmp_path):
     """What `nccl-env` writes (double-quoted, \\ " $ ` escaped) is what the burn-in hands its ranks: the quotes
     are the file's syntax. The old reader kept them, so NCCL_SOCKET_IFNAME reached NCCL as '"=eth0"'."""
-    from gpuprep.burnin import nccl_env_file
+    from gpuprep.burnin.torchrun import nccl_env_file
     from gpuprep.errors import BadInput
     done = run_cli("nccl-env", "--socket-ifname", "=eth0", "--set", "NCCL_DEBUG=WARN", "--set", "NCCL_IB_HCA=^mlx5_2")
     assert done.returncode == 0, done.stderr

@@ -97,3 +97,19 @@ def test_a_piped_run_says_each_role_as_a_host_starts_it():
                        0.0)
         view(state)
     assert lines == ["node1: nccl_env", "node1: system_tuning"]
+
+
+def test_a_probe_that_fails_on_its_host_says_why_as_data_not_in_stderr_words():
+    """The probe prints a probe-error document on standard output when it cannot take a snapshot; the controller
+    reads the problem from it, whatever the failed task's stderr or message says."""
+    from gpuprep.ansible.reducer import FailedTask, HostState
+    from gpuprep.fleet import _gathered
+    from gpuprep.probe_main import _probe_error
+    printed = "Python 3.11 on gpfc-x\n" + _probe_error("NVML: the driver's library could not be loaded") + "\n"
+    host = HostState(name="gpfc-x")
+    host.failures.append(FailedTask(task="Collect snapshot", message="non-zero return code\ngpuprep-probe: junk",
+                                    stdout=printed))
+    member = _gathered("gpfc-x", host)
+    assert (member.status, member.problem) == ("probe-failed", "NVML: the driver's library could not be loaded")
+    host.failures[0] = FailedTask(task="Collect snapshot", message="gpuprep-probe: error: not data", stdout="")
+    assert _gathered("gpfc-x", host).problem.startswith("probe failed: ")      # stderr words are not trusted

@@ -216,8 +216,8 @@ def main() -> None:
 
 
 def _write(path, data):
-    from gpuprep.common.revert_record import write_atomic
-    write_atomic(path, json.dumps(data).encode())
+    from gpuprep.output import write_atomic
+    write_atomic(path, json.dumps(data))
 
 
 class _GpuMonitor:

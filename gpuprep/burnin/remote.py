@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 
@@ -17,8 +16,9 @@ from .report_schema import checked_ranks
 def run_fleet(inventory: str, seconds: float, nproc: str, backend: str, master, rdzv_timeout: float,
               connection=None) -> RunResult:
     extravars = {"burnin_duration": f"{int(seconds)}s", "burnin_seconds": int(seconds), "burnin_nproc": nproc,
-                 "burnin_backend": backend, "burnin_rdzv_timeout": int(rdzv_timeout),
-                 "burnin_gpuprep": os.path.join(os.path.dirname(sys.executable), "gpuprep")}
+                 "burnin_backend": backend, "burnin_rdzv_timeout": int(rdzv_timeout)}
+    # each host runs its own gpuprep (on its PATH, or where the inventory's burnin_gpuprep says), never the
+    # controller's interpreter path, which means nothing on another machine
     if master:
         host, _, port = master.rpartition(":")
         if not host or not port.isdigit():

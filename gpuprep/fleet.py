@@ -10,9 +10,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from .errors import BadInput, bad_argument
 from .rules import Context, Finding, judge_all, select
-from .snapshot import Snapshot
+from .snapshot import PROBE_ERROR_SCHEMA, Snapshot
 
-PROBE_ERROR_SCHEMA = "gpuprep.probe-error/1"
 
 
 @dataclass
@@ -168,6 +167,9 @@ def _gathered(name: str, host) -> Member:
             else f"interrupted ({host.interrupted_at})"
         return Member(name, None, "probe-failed", reason)
     failure = next(iter(host.failures), None)
+    reported = _probe_error(failure.stdout) if failure is not None else None
+    if reported is not None:
+        return Member(name, None, "probe-failed", reported)
     if failure is not None:
         first = failure.message.strip().splitlines()
         status = "unreachable" if failure.unreachable else "probe-failed"
@@ -191,8 +193,19 @@ _PROBE_FAILURES = (
      "inventory"),
     (re.compile(r"python3?: (?:command )?not found|No such file or directory.*python", re.I),
      "no Python 3 on the host (the probe needs python3 >= 3.8 and nothing else)"),
-    (re.compile(r"gpuprep-probe: error: (.+)"), None),
 )
+
+
+def _probe_error(stdout: str) -> Optional[str]:
+    """The problem the probe itself reported (its probe-error document on standard output), else None."""
+    start = stdout.find("{")
+    try:
+        document = json.loads(stdout[start:]) if start >= 0 and PROBE_ERROR_SCHEMA in stdout else None
+    except ValueError:
+        return None
+    if isinstance(document, dict) and document.get("schema") == PROBE_ERROR_SCHEMA:
+        return str(document.get("problem") or "the probe failed without saying why")[:2000]
+    return None
 
 
 def _probe_problem(message: str) -> str:
@@ -200,6 +213,6 @@ def _probe_problem(message: str) -> str:
         match = pattern.search(message)
         if match:
             found = [g for g in match.groups() if g is not None]
-            return meaning.format(*found) if meaning else found[0].strip()
+            return meaning.format(*found)
     lines = [l for l in message.strip().splitlines() if l.strip()]
     return "probe failed: " + (lines[-1] if lines else "no output")

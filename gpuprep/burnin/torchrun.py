@@ -1,0 +1,191 @@
+"""The burn-in's run on this node: torchrun started with gpuprep's worker as every rank (worker.py, the only torch
+import), watched until the ranks report or the time is up, and its output read for the rank that failed first and
+the set-up errors a user can fix."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List, Optional
+
+from ..errors import BadInput
+from . import NCCL_SWEEP_MAX_MIB, RunResult, parse_master, preflight, setup_errors
+
+GRACE_SECONDS = 15
+DEFAULT_RDZV_TIMEOUT = 60.0
+
+_REPORT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.M)
+_REPORT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.M)
+
+
+def _failures(report: str) -> List[tuple]:
+    """(rank, exit code) of each failure in a block of torchrun's error report (entries headed `[N]:`)."""
+    entries = re.split(r"^\[\d+\]:\s*$", report, flags=re.M)
+    found = [(_REPORT_RANK.search(e), _REPORT_EXIT.search(e)) for e in entries[1:] or entries]
+    return [(int(rank.group(1)), int(code.group(1)) if code else None) for rank, code in found if rank]
+
+
+def root_cause(output: str):
+    """(rank, exit code) of the rank that failed first: torchrun's 'Root Cause (first observed failure)', unless
+    torchrun saw several ranks fail in one look (their times are the same second) and named one that raised a Python
+    error (exit 1, what a rank does when its peer vanishes mid-collective) while exactly one other died abruptly (a
+    signal, an exit of its own): that one went first."""
+    head, found, cause = output.rpartition("Root Cause")
+    if not found:
+        return None, None
+    first = _failures(cause)
+    if not first:
+        return None, None
+    rank, code = first[0]
+    # -15 is SIGTERM, torchrun's own stop of the other ranks: not a death of their own
+    abrupt = {failure for failure in _failures(head.rpartition("Failures:")[2]) if failure[1] not in (1, -15, None)}
+    if code == 1 and len(abrupt) == 1:
+        return abrupt.pop()
+    return rank, code
+
+
+def worker_options(backend: str, collective_timeout: float) -> List[str]:
+    """The worker's options: its backend, the collective timeout, and the largest all-reduce message (small on the
+    CPU; on NCCL large enough to reach the busbw that data/busbw.csv expects)."""
+    return ["--backend", backend, "--timeout", str(collective_timeout),
+            "--max-mib", "16" if backend == "gloo" else str(NCCL_SWEEP_MAX_MIB)]
+
+
+def child_environment(environ: Dict[str, str], nccl_file: Dict[str, str],
+                      extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """torchrun's environment: this one, the node's NCCL settings (/etc/gpuprep/env), one OpenMP thread per rank
+    unless set. NCCL's error handling stays torch's own (TORCH_NCCL_ASYNC_ERROR_HANDLING defaults to 3; 1 can hang
+    in ncclCommAbort on a wedged GPU)."""
+    child = dict(environ)
+    child.update(nccl_file)
+    child.setdefault("OMP_NUM_THREADS", "1")
+    child.update(extra or {})
+    return child
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def nccl_env_file(path: str = "/etc/gpuprep/env") -> Dict[str, str]:
+    """The NCCL/OMP environment `gpuprep apply --tags nccl_env` wrote, when there is one, read as systemd reads
+    it (the quotes are the file's syntax: NCCL_SOCKET_IFNAME="=eth0" reaches NCCL as =eth0). A line this file's
+    writer never produces is refused, naming it: half an environment would send NCCL the wrong way."""
+    from ..common.ncclenv import parse_env_file
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 20)
+    except OSError:
+        return {}
+    env, skipped = parse_env_file(text)
+    if skipped:
+        raise BadInput(f"{path}: line {skipped[0]} is not NAME=\"value\" as `gpuprep apply` writes it; "
+                       "fix or re-apply the nccl_env role")
+    return env
+
+
+def _torchrun(duration: float, nproc: int, backend: str, nnodes: int, node_rank: int, master: Optional[str],
+              out_dir: str) -> List[str]:
+    collective_timeout = max(10.0, min(60.0, duration))
+    if nnodes == 1:
+        rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
+    else:
+        host, port = parse_master(master or "")
+        # static rendezvous: the first node (node rank 0) hosts the store, as SuperBench does
+        rendezvous = ["--node-rank", str(node_rank), "--master-addr", host, "--master-port", str(port)]
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
+            "--max-restarts", "0", *rendezvous,
+            "-m", "gpuprep.burnin.worker", "--duration", str(duration), "--out", out_dir,
+            *worker_options(backend, collective_timeout)]
+
+
+def _watch(proc: subprocess.Popen, out_dir: str, duration: float, rdzv_timeout: float,
+           on_progress: Optional[Callable[[dict], None]]):
+    """Wait for torchrun; kill its whole process group when the rendezvous has not completed within
+    `rdzv_timeout`, or the ranks outlive duration + grace after it. Returns (timed out, rendezvous failed)."""
+    start = time.monotonic()
+    joined_at = None
+    while proc.poll() is None:
+        time.sleep(0.25)
+        elapsed = time.monotonic() - start
+        if joined_at is None and os.path.exists(os.path.join(out_dir, "joined")):
+            joined_at = elapsed
+        rendezvous_failed = joined_at is None and elapsed > rdzv_timeout
+        timed_out = joined_at is not None and elapsed > joined_at + duration + GRACE_SECONDS
+        if rendezvous_failed or timed_out:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return timed_out, rendezvous_failed
+        progress = _read_json(os.path.join(out_dir, "progress.json")) if on_progress else None
+        if progress:
+            on_progress(progress)
+    return False, False
+
+
+def _rank_results(out_dir: str) -> Dict[int, dict]:
+    ranks = {}
+    for name in os.listdir(out_dir):
+        if re.fullmatch(r"rank\d+\.json", name):
+            data = _read_json(os.path.join(out_dir, name))
+            if data:
+                ranks[data["rank"]] = data
+    return ranks
+
+
+def launch(duration: float, nproc: int, backend: str, env: Optional[Dict[str, str]] = None,
+           nnodes: int = 1, node_rank: int = 0, master: Optional[str] = None,
+           rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT, out_dir: Optional[str] = None,
+           on_progress: Optional[Callable[[dict], None]] = None,
+           env_file: str = "/etc/gpuprep/env") -> RunResult:
+    """Run torchrun for this node (watched by _watch) and gather each rank's results and the new Xids."""
+    preflight(nnodes, node_rank, master)
+    keep = out_dir is not None
+    out_dir = out_dir or tempfile.mkdtemp(prefix="gpuprep-burnin-")
+    os.makedirs(out_dir, exist_ok=True)
+    argv = _torchrun(duration, nproc, backend, nnodes, node_rank, master, out_dir)
+    child_env = child_environment(dict(os.environ), nccl_env_file(env_file), env)
+    xids_before = _xids()
+    start = time.monotonic()
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env=child_env,
+                                start_new_session=True)
+        timed_out, rendezvous_failed = _watch(proc, out_dir, duration, rdzv_timeout, on_progress)
+        wall = time.monotonic() - start
+        log.seek(0)
+        output = log.read()
+    ranks = _rank_results(out_dir)
+    if not keep:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    cause_rank, cause_exit = root_cause(output)
+    xids_after = _xids()
+    new_xids = xids_after[len(xids_before):] if xids_before is not None and xids_after is not None else []
+    return RunResult(ranks=ranks, world_size=nproc * nnodes, exit_code=None if timed_out else proc.returncode,
+                     timed_out=timed_out, wall_seconds=wall, log_tail=output.splitlines()[-20:],
+                     root_cause_rank=cause_rank, root_cause_exit=cause_exit, rendezvous_failed=rendezvous_failed,
+                     nodes=nnodes, new_xids=new_xids,
+                     expected_ranks=list(range(node_rank * nproc, (node_rank + 1) * nproc)),
+                     setup_errors=setup_errors(output) if proc.returncode or rendezvous_failed else [])
+
+
+def _xids():
+    from ..probe.commands import recent_xids
+    events = recent_xids()
+    return None if events is None else [{"code": e.code, "pci": e.pci, "time": e.time, "message": e.message}
+                                        for e in events]
+
+
+def _read_json(path: str) -> Optional[dict]:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
