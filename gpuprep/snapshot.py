@@ -113,6 +113,9 @@ class Gpu:
     fabric_status: Optional[str] = None
     fabric_bandwidth: Optional[str] = None   # the fabric's health: Full, or Degraded (an NVLink to the switches down)
     fabric_health: Optional[str] = None      # nvidia-smi -q's Fabric Health Summary: Healthy | Unhealthy
+    # the fabric health mask's conditions that NVML reports TRUE (route recovery in progress, route unhealthy, access
+    # timeout recovery); [] when it reports them all FALSE, None when it cannot say (older drivers, no fabric)
+    fabric_health_flags: Optional[List[str]] = None
     numa_node: Optional[int] = None
     cpu_affinity: Optional[str] = None
     # the GPU failing to answer: why it could not be queried at all ("GPU is lost", "Unknown Error" for its

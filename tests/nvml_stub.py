@@ -35,6 +35,8 @@ _REASON_BITS = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_c
 _NVLINK_CODE = {1: 1, 2: 2, 3: 4, 4: 6, 5: 7, 6: 8}      # NVLink generation -> NVML's nvlink version number
 _FABRIC_STATE = {"Not Started": 1, "In Progress": 2, "Completed": 3}
 _FABRIC_HEALTH = {"Degraded": 1, "Full": 2}
+# nvml.h: NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY 2, _ROUTE_UNHEALTHY 4, _ACCESS_TIMEOUT_RECOVERY 6
+_FABRIC_FLAG_SHIFTS = (("route recovery in progress", 2), ("route unhealthy", 4), ("access timeout recovery", 6))
 # NVML's error codes by the words nvidia-smi prints for them ("Insufficient Resources")
 ERROR_CODES = {name[len("NVML_ERROR_"):].replace("_", " ").title(): getattr(pynvml, name)
                for name in dir(pynvml) if name.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, name), int)}
@@ -123,6 +125,8 @@ def _gpu_lines(i: int, gpu) -> List[str]:
     if gpu.fabric_state in _FABRIC_STATE:
         status = ERROR_CODES[gpu.fabric_status] if gpu.fabric_status else 0
         health = _FABRIC_HEALTH.get(gpu.fabric_bandwidth or "", 0)
+        if gpu.fabric_health_flags is not None:     # nvml.h: each two-bit field 1 TRUE, 2 FALSE
+            health |= sum((1 if name in gpu.fabric_health_flags else 2) << shift for name, shift in _FABRIC_FLAG_SHIFTS)
         lines.append(_line(i, "fabric", f"{_FABRIC_STATE[gpu.fabric_state]} {status} 0 {health}"))
     if gpu.cpu_affinity:
         cpus = expand_cpulist(gpu.cpu_affinity)

@@ -144,6 +144,21 @@ def test_fabric_status_and_degraded_bandwidth_fail_the_gpu(tmp_path):
     assert set(failed) == {"GPU2", "GPU4"} and "degraded" in failed["GPU4"]
 
 
+def test_fabric_routes_unhealthy_fail_and_recovering_warn_from_the_health_mask(tmp_path):
+    """nvml.h's health mask holds more than the bandwidth bits: an unhealthy route fails the GPU, a route or access
+    timeout recovery in progress warns, all FALSE passes; a driver before the mask (R535) cannot say: unknown."""
+    captured = import_files([corpus(H100)])
+    captured.gpus = captured.gpus[:3]
+    for gpu, flags in zip(captured.gpus, ([], ["route unhealthy"], ["route recovery in progress"])):
+        gpu.fabric_bandwidth, gpu.fabric_health_flags = "Full", flags
+    config = _configure(tmp_path, captured)
+    gpus = _gpus(nvml_stub.probe_json(config))
+    assert [g.fabric_health_flags for g in gpus] == [[], ["route unhealthy"], ["route recovery in progress"]]
+    verdicts = {f.subject.split()[0]: f.severity for f in evaluate(Snapshot(gpus=gpus)) if f.id == "gpu.fabric"}
+    assert verdicts == {"GPU0": "pass", "GPU1": "fail", "GPU2": "warn"}
+    assert [g.fabric_health_flags for g in _gpus(nvml_stub.probe_json(config, branch=535))] == [None, None, None]
+
+
 def test_check_and_snapshot_run_on_an_nvswitch_board(tmp_path):
     """The commands themselves, as a user runs them, on the board that crashed them (struct passed by value)."""
     config = _configure(tmp_path, _nvswitch_board())

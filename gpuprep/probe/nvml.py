@@ -271,7 +271,7 @@ def _links(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
     gpu.pcie_width_current = ask(getattr(nvml, "nvmlDeviceGetCurrPcieLinkWidth", None), h)
     gpu.pcie_width_max = ask(getattr(nvml, "nvmlDeviceGetMaxPcieLinkWidth", None), h)
     gpu.nvlinks = _nvlinks(nvml, ask, h)
-    gpu.fabric_state, gpu.fabric_status, gpu.fabric_bandwidth = _fabric(nvml, ask, h)
+    gpu.fabric_state, gpu.fabric_status, gpu.fabric_bandwidth, gpu.fabric_health_flags = _fabric(nvml, ask, h)
     gpu.numa_node = ask(getattr(nvml, "nvmlDeviceGetNumaNodeId", None), h)
     affinity = ask(getattr(nvml, "nvmlDeviceGetCpuAffinity", None), h, _CPU_SET_WORDS)
     if affinity is not None:
@@ -292,13 +292,26 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
 
 _FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}   # as nvidia-smi -q prints them
 _FABRIC_BANDWIDTH = {1: "Degraded", 2: "Full"}    # NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE / _FALSE
+# nvml.h's other two-bit fields of the health mask (R550+): (its name, its shift); each reads 0 not supported,
+# 1 TRUE, 2 FALSE
+_FABRIC_FLAGS = (("route recovery in progress", "ROUTE_RECOVERY", 2), ("route unhealthy", "ROUTE_UNHEALTHY", 4),
+                 ("access timeout recovery", "ACCESS_TIMEOUT_RECOVERY", 6))
+
+
+def fabric_health_flags(mask: int, nvml: Any = None) -> Optional[List[str]]:
+    """The health mask's conditions that are TRUE; None when the mask supports none of them."""
+    values = [(name, (mask >> getattr(nvml, f"NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_{field}", shift)) & 0x3)
+              for name, field, shift in _FABRIC_FLAGS]
+    if all(value == 0 for _, value in values):
+        return None
+    return [name for name, value in values if value == 1]
 
 
 def _fabric(nvml: Any, ask: "_Asker", h: Any):
-    """(state, status, bandwidth) of the GPU's NVLink fabric registration, as nvidia-smi -q's Fabric section words
-    them; Nones where the GPU has no fabric (state 'not supported'). The versioned query (R550+) also gives the
-    health mask, whose degraded-bandwidth bits say an NVLink to the switches is down; older drivers have only the
-    unversioned one. nvidia-ml-py hands the structure straight to C, so it must go by reference."""
+    """(state, status, bandwidth, health flags) of the GPU's NVLink fabric registration, as nvidia-smi -q's Fabric
+    section words them; Nones where the GPU has no fabric (state 'not supported'). The versioned query (R550+) also
+    gives the health mask: its degraded-bandwidth bits say an NVLink to the switches is down, its route and access
+    timeout bits that routes are unhealthy or recovering; older drivers have only the unversioned one. nvidia-ml-py hands the structure straight to C, so it must go by reference."""
     import ctypes
     versioned, query_v = getattr(nvml, "c_nvmlGpuFabricInfo_v2_t", None), getattr(nvml, "nvmlDeviceGetGpuFabricInfoV", None)
     info = None
@@ -310,18 +323,18 @@ def _fabric(nvml: Any, ask: "_Asker", h: Any):
     if info is None:
         plain, query = getattr(nvml, "c_nvmlGpuFabricInfo_t", None), getattr(nvml, "nvmlDeviceGetGpuFabricInfo", None)
         if plain is None or query is None:
-            return None, None, None
+            return None, None, None, None
         info = plain()
         if ask(query, h, ctypes.byref(info)) is None:
-            return None, None, None
+            return None, None, None, None
     if info.state not in _FABRIC_STATES:
-        return None, None, None
-    health = getattr(info, "healthMask", 0) & 0x3
-    bandwidth = _FABRIC_BANDWIDTH.get(health)
+        return None, None, None, None
+    mask = getattr(info, "healthMask", 0)
+    bandwidth, flags = _FABRIC_BANDWIDTH.get(mask & 0x3), fabric_health_flags(mask, nvml)
     if info.state != 3:
-        return _FABRIC_STATES[info.state], None, bandwidth
+        return _FABRIC_STATES[info.state], None, bandwidth, flags
     status = "Success" if info.status == 0 else _text(ask(getattr(nvml, "nvmlErrorString", None), info.status))
-    return _FABRIC_STATES[info.state], status, bandwidth
+    return _FABRIC_STATES[info.state], status, bandwidth, flags
 
 
 def _nvlinks(nvml: Any, ask: _Asker, h: Any) -> Optional[List[NvLink]]:

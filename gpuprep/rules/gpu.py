@@ -388,8 +388,15 @@ def fabric(snap, ctx):
         state, status, bandwidth = gpu.fabric_state, gpu.fabric_status, gpu.fabric_bandwidth
         if state is None and status is None:
             continue
-        evidence = {"state": state, "status": status, "bandwidth": bandwidth, "health": gpu.fabric_health}
-        if (gpu.fabric_health or "").lower() == "unhealthy":
+        flags = gpu.fabric_health_flags or []
+        evidence = {"state": state, "status": status, "bandwidth": bandwidth, "health": gpu.fabric_health,
+                    "health_flags": gpu.fabric_health_flags}
+        if "route unhealthy" in flags:
+            out.append(Finding("gpu.fabric", "fail", gpu_subject(gpu), "An NVLink fabric route of this GPU is unhealthy",
+                               evidence, "Drain; read the fabric manager's log and the kernel's SXid lines, then reset "
+                               "the GPU or reboot; if the route stays unhealthy, the NVLink or NVSwitch tray needs "
+                               "service", "NVML fabric health mask (ROUTE_UNHEALTHY); NVIDIA Fabric Manager user guide"))
+        elif (gpu.fabric_health or "").lower() == "unhealthy":
             out.append(Finding("gpu.fabric", "fail", gpu_subject(gpu), "The GPU's NVLink fabric health is Unhealthy",
                                evidence, "Drain; read the Fabric Health fields of `nvidia-smi -q` (route recovery, "
                                "unhealthy routes, access timeouts, configuration) and the fabric manager's log, then "
@@ -406,6 +413,11 @@ def fabric(snap, ctx):
                                evidence, "Drain; check that nvidia-fabricmanager (NVLSM on Blackwell) runs and matches "
                                "the driver version (`systemctl status nvidia-fabricmanager`, its log), then restart "
                                "it or reboot", "NVIDIA Fabric Manager user guide"))
+        elif flags:
+            out.append(Finding("gpu.fabric", "warn", gpu_subject(gpu),
+                               f"The NVLink fabric is recovering: {', '.join(flags)}", evidence,
+                               "Check again in a few minutes; if it does not clear, read the fabric manager's log and "
+                               "drain the node", "NVML fabric health mask (ROUTE_RECOVERY, ACCESS_TIMEOUT_RECOVERY)"))
         else:
             out.append(Finding("gpu.fabric", "pass", gpu_subject(gpu), "Registered with the NVLink fabric", evidence))
     return out
