@@ -468,8 +468,8 @@ def slurm_hook(hook: str, *, sources: Sequence[str] = (), profile_name: Optional
                skip: Sequence[str] = (), only: Sequence[str] = (), node: Optional[str] = None,
                scontrol: str = "scontrol", require_burnin: Optional[str] = None, burnin_within: Optional[str] = None,
                baseline_dir: str = "/run/gpuprep/slurm", budget: float = 45.0):
-    """Slurm's HealthCheckProgram, Prolog or Epilog (`hook`): judge this node within `budget` seconds (from the
-    interpreter's start) under the node's lock, then drain it with gpuprep's reason, resume a node gpuprep drained
+    """Slurm's HealthCheckProgram, Prolog or Epilog (`hook`): judge this node within `budget` seconds (from this
+    call; the hook command counts from its interpreter's start) under the node's lock, then drain it with gpuprep's reason, resume a node gpuprep drained
     once healthy (and, with `require_burnin`, after a passing burn-in report), or leave it. Returns (exit code: 1
     when the node fails a health check or prolog, else 0; the line saying what was done). Raises on gpuprep's own
     trouble; the hook's exit policy (probe_main) turns that into "left as it was"."""
@@ -486,8 +486,7 @@ def slurm_hook(hook: str, *, sources: Sequence[str] = (), profile_name: Optional
     within = slurm.parse_age(burnin_within) if burnin_within else None
     name = slurm.node_name(node)
     job = os.environ.get("SLURM_JOB_ID", "")
-    remaining = budget - slurm.process_age()
-    with slurm.time_limit(remaining), slurm.HookLock(baseline_dir).held(0 if hook == "healthcheck" else remaining):
+    with slurm.time_limit(budget), slurm.HookLock(baseline_dir).held(0 if hook == "healthcheck" else budget):
         facts_at = time.time()
         facts = slurm.since_job_start(hook, job, snapshot(sources, docker=False, allow_mixed=True), baseline_dir)
         result = check(facts=facts, profile_name=profile_name, skip=skip, only=only)

@@ -170,9 +170,12 @@ def _slurm(args) -> int:
 
 def _slurm_hook(args) -> int:
     from . import api
+    from .slurm import process_age
+    # the hook's budget counts from the interpreter's start: Slurm's own timeout does
+    budget = max(0.001, args.budget - process_age())
     code, line = api.slurm_hook(args.hook, **_judging_arguments(args), node=args.node, scontrol=args.scontrol,
                                 require_burnin=args.require_burnin, burnin_within=args.burnin_within,
-                                baseline_dir=args.baseline_dir, budget=args.budget)
+                                baseline_dir=args.baseline_dir, budget=budget)
     sys.stderr.write(line + "\n")
     return code
 

@@ -102,8 +102,9 @@ def test_a_host_without_gpuprep_is_a_setup_error_of_that_host():
                    "res": {"msg": "non-zero return code", "rc": 2, "stdout": ERROR_DOCUMENT,
                            "stderr": "gpuprep: error: PyTorch is not installed: pip install 'gpuprep[burnin]'"}}}, 0.0)
     problems = [p for name in ("node2", "node3")
-                for p in _host_setup_errors(name, state.hosts[name], "/opt/gpuprep/bin/gpuprep")]
-    assert problems == ["node2 has no /opt/gpuprep/bin/gpuprep: install gpuprep[burnin] there at the same path as here",
+                for p in _host_setup_errors(name, state.hosts[name])]
+    assert problems == ["node2 has no gpuprep to run: install gpuprep[burnin] there (on its PATH, or name it with the "
+                        "inventory variable burnin_gpuprep)",
                         "node3: PyTorch is not installed: pip install 'gpuprep[burnin]'"]
 
 

@@ -53,7 +53,7 @@ def _run_and_collect(inventory: str, extravars: dict, collect: str, connection, 
                        log_tail=failed + [f"no report from {h}" for h in missing_hosts],
                        nodes=len(outcome.hosts_in_inventory),
                        setup_errors=problems + [problem for h, state in sorted(outcome.state.hosts.items())
-                                                for problem in _host_setup_errors(h, state, extravars["burnin_gpuprep"])])
+                                                for problem in _host_setup_errors(h, state)])
     result.rendezvous_failed = bool(missing_hosts) and not ranks
     return result
 
@@ -89,7 +89,7 @@ def _host_report(path: str, host: str):
         return None, f"{host} sent an unusable burn-in report ({str(exc)[:200]})"
 
 
-def _host_setup_errors(host: str, state, gpuprep: str) -> list:
+def _host_setup_errors(host: str, state) -> list:
     """A host whose burn-in command could not run (unreachable, no gpuprep there, bad input on that host)
     is a setup problem of that host, not a failed rank."""
     from . import setup_errors
@@ -99,8 +99,9 @@ def _host_setup_errors(host: str, state, gpuprep: str) -> list:
         error = _error_document(failure.stdout)
         if failure.unreachable:
             problems.append(f"{host} is unreachable: {text.splitlines()[0] if text else ''}")
-        elif "No such file or directory" in text and gpuprep in text:
-            problems.append(f"{host} has no {gpuprep}: install gpuprep[burnin] there at the same path as here")
+        elif "No such file or directory" in text and "gpuprep" in text:
+            problems.append(f"{host} has no gpuprep to run: install gpuprep[burnin] there (on its PATH, or name it "
+                            "with the inventory variable burnin_gpuprep)")
         elif error:
             problems.append(f"{host}: {error}")
         else:
