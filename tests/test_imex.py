@@ -2,7 +2,6 @@
 with the exact fabric.imex* findings it must give; edited copies of a real 18-node `nvidia-imex-ctl -N` for what no
 public capture shows (a DEGRADED domain, a lost connection, a version mismatch); the live probe through stand-ins of
 `nvidia-imex-ctl` (a true boundary: NVIDIA's CLI) printing real output, and a host without IMEX knowing nothing."""
-import os
 import stat
 
 import pytest
