@@ -1,6 +1,7 @@
 """Pure verdict over the per-rank results of a burn-in run."""
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
 from typing import Callable, List
@@ -8,6 +9,7 @@ from typing import Callable, List
 from ..parsers.nvsmi import THROTTLE_REASONS
 from ..rules import Finding, declared, registrar
 from . import RunResult
+from .report_schema import EccSample, MemoryCheck, Rank, RankGpu, typed
 
 STRAGGLER_MARGIN = 0.25     # a rank whose compute step is 25% slower than the others' median
 # a CPU (gloo) rank's step is a few milliseconds shared with every other process on the host: its median moves by
@@ -17,17 +19,16 @@ BANDWIDTH_FLOOR = 0.8       # warn below 80% of the expected bus bandwidth for t
 LOAD_POWER_SHARE = 0.7     # a GEMM load sized to the GPU runs at (or is capped near) its power limit
 
 
-def _label(rank: dict) -> str:
-    where = rank.get("device", "?")
-    bus = f" {rank['pci_bus_id']}" if rank.get("pci_bus_id") else ""
-    return f"rank {rank['rank']} ({rank.get('host', '?')} {where}{bus})"
+def _label(rank: Rank) -> str:
+    bus = f" {rank.pci_bus_id}" if rank.pci_bus_id else ""
+    return f"rank {rank.rank} ({rank.host or '?'} {rank.device or '?'}{bus})"
 
 
 @dataclass
 class Ranks:
     """What every burn-in rule reads: the run, the ranks that reported (by rank), and the ones that did not."""
     run: RunResult
-    complete: List[dict]
+    complete: List[Rank]
     missing: List[int]
 
 
@@ -42,11 +43,24 @@ def judge(run: RunResult) -> List[Finding]:
                         {"errors": run.setup_errors, "log": run.log_tail[-5:]},
                         "Fix the named setup problem and run the burn-in again; no GPU was judged")]
     expected = run.expected_ranks if run.expected_ranks is not None else range(run.world_size)
-    ranks = Ranks(run, [run.ranks[r] for r in sorted(run.ranks)], [r for r in expected if r not in run.ranks])
+    ranks = Ranks(run, *_typed_ranks(run, expected))
     findings = [f for fn in BURNIN_RULES for f in declared(fn, fn(ranks))]
     if ranks.complete and not any(f.severity == "fail" for f in findings):
         findings.append(_passed(ranks.complete))
     return findings
+
+
+def _typed_ranks(run: RunResult, expected) -> tuple:
+    """(the ranks that reported a well-formed result, typed; the ranks expected that did not): a result that is not
+    a rank's result is no report at all."""
+    complete = []
+    for number in sorted(run.ranks):
+        try:
+            complete.append(typed(run.ranks[number], f"rank {number}"))
+        except ValueError:
+            continue
+    reported = {rank.rank for rank in complete}
+    return complete, [r for r in expected if r not in reported]
 
 
 @burnin_rule("burnin.rendezvous")
@@ -96,24 +110,24 @@ def no_steps(ranks: Ranks) -> List[Finding]:
     """A rank that reported without a single timed training step proved nothing about its GPU: it fails, never
     passes on the strength of the collectives alone."""
     return [Finding("burnin.no-steps", "fail", _label(rank), f"{_label(rank)} completed no training step",
-                    {"steps": rank.get("steps"), "step_ms": len(rank.get("step_ms") or [])},
+                    {"steps": rank.steps, "step_ms": len(rank.step_ms or [])},
                     "Run the burn-in again with a longer --duration; if it repeats, look at what held this rank "
                     "before its first step (the log tail, `gpuprep check`)")
-            for rank in ranks.complete if rank.get("steps") == 0 or not rank.get("step_ms")]
+            for rank in ranks.complete if rank.steps == 0 or not rank.step_ms]
 
 
 @burnin_rule("burnin.straggler")
 def straggler(ranks: Ranks) -> List[Finding]:
     if len(ranks.complete) < 2:
         return []
-    medians = {r["rank"]: statistics.median(r["compute_ms"]) for r in ranks.complete if r.get("compute_ms")}
+    medians = {r.rank: statistics.median(r.compute_ms) for r in ranks.complete if r.compute_ms}
     findings = []
     for rank in ranks.complete:
-        others = [m for k, m in medians.items() if k != rank["rank"]]
-        if rank["rank"] not in medians or not others:
+        others = [m for k, m in medians.items() if k != rank.rank]
+        if rank.rank not in medians or not others:
             continue
-        baseline, mine = statistics.median(others), medians[rank["rank"]]
-        on_cpu = rank.get("device") == "cpu"
+        baseline, mine = statistics.median(others), medians[rank.rank]
+        on_cpu = rank.device == "cpu"
         if mine > baseline * (1 + (CPU_STRAGGLER_MARGIN if on_cpu else STRAGGLER_MARGIN)):
             findings.append(Finding("burnin.straggler", "warn" if on_cpu else "fail", _label(rank),
                                     f"{_label(rank)} is the straggler: compute step {mine:.1f} ms vs {baseline:.1f} ms",
@@ -128,30 +142,29 @@ def gpu_health(ranks: Ranks) -> List[Finding]:
     return [f for rank in ranks.complete for f in _gpu_health(rank)]
 
 
-def _gpu_health(rank: dict) -> List[Finding]:
-    gpu = rank.get("gpu") or {}
+def _gpu_health(rank: Rank) -> List[Finding]:
+    gpu = rank.gpu or RankGpu()
     findings = []
-    if gpu.get("failure"):
+    if gpu.failure:
         findings.append(Finding("burnin.gpu-lost", "fail", _label(rank),
-                                f"NVML lost the GPU during the run: {gpu['failure']}", {"failure": gpu["failure"]},
+                                f"NVML lost the GPU during the run: {gpu.failure}", {"failure": gpu.failure},
                                 "Drain the node; look in the kernel log for the Xid (79, 119, 154 are usual); "
                                 "reset the GPU (`nvidia-smi -r`) or reboot"))
-    hard = [r for r in gpu.get("reasons_seen", []) if r in THROTTLE_REASONS]
+    hard = [r for r in gpu.reasons_seen or [] if r in THROTTLE_REASONS]
     if hard:
-        counts = gpu.get("reason_counts") or {}
+        counts = gpu.reason_counts or {}
         # nvml.h: HW Slowdown "may be reported during PState or clock change": one sample alone is a warning
         transient = bool(counts) and all(counts.get(r, 0) <= 1 for r in hard)
         findings.append(Finding("burnin.throttle", "warn" if transient else "fail", _label(rank),
                                 "GPU throttled during the run: " + ", ".join(hard) +
                                 (" (in one sample only: a P-state or clock change can report it)" if transient else ""),
-                                {"max_temperature_c": gpu.get("max_temperature_c"), "reason_counts": counts or None,
-                                 "min_sm_clock_mhz": gpu.get("min_sm_clock_mhz")},
+                                {"max_temperature_c": gpu.max_temperature_c, "reason_counts": counts or None,
+                                 "min_sm_clock_mhz": gpu.min_sm_clock_mhz},
                                 "Check cooling and power delivery; `gpuprep check` for the throttle reasons"))
-    before, after = gpu.get("before") or {}, gpu.get("after") or {}
-    if (after.get("ecc_volatile_uncorrected") or 0) > (before.get("ecc_volatile_uncorrected") or 0):
+    before, after = gpu.before or EccSample(), gpu.after or EccSample()
+    if (after.ecc_volatile_uncorrected or 0) > (before.ecc_volatile_uncorrected or 0):
         findings.append(Finding("burnin.ecc", "fail", _label(rank), "New uncorrectable ECC errors during the run",
-                                {"before": before.get("ecc_volatile_uncorrected"),
-                                 "after": after.get("ecc_volatile_uncorrected")},
+                                {"before": before.ecc_volatile_uncorrected, "after": after.ecc_volatile_uncorrected},
                                 "Drain the GPU and reset it; run `dcgmi diag -r 3`"))
     return findings
 
@@ -176,19 +189,20 @@ def bandwidth(ranks: Ranks) -> List[Finding]:
 def memory(ranks: Ranks) -> List[Finding]:
     findings = []
     for rank in ranks.complete:
-        checked = rank.get("memory", {})
-        if not checked.get("ok", False):
-            where = (f": {checked['bad_words']} bad word(s), the first at byte offset {checked['first_bad_offset']}"
-                     if checked.get("first_bad_offset") is not None else "")
+        checked = rank.memory or MemoryCheck()
+        if not checked.ok:
+            where = (f": {checked.bad_words} bad word(s), the first at byte offset {checked.first_bad_offset}"
+                     if checked.first_bad_offset is not None else "")
             findings.append(Finding("burnin.memory", "fail", _label(rank), "Memory pattern mismatch" + where,
-                                    checked, "Drain the GPU and run `dcgmi diag -r 3`"))
+                                    {k: v for k, v in dataclasses.asdict(checked).items() if v is not None},
+                                    "Drain the GPU and run `dcgmi diag -r 3`"))
     return findings
 
 
-def _passed(complete: List[dict]) -> Finding:
-    rows = complete[0].get("allreduce", [])
-    peak = max((r["busbw_gbs"] for r in rows), default=0.0)
-    steps = [statistics.median(r["step_ms"]) for r in complete if r.get("step_ms")]
+def _passed(complete: List[Rank]) -> Finding:
+    rows = complete[0].allreduce or []
+    peak = max((r.busbw_gbs for r in rows), default=0.0)
+    steps = [statistics.median(r.step_ms) for r in complete if r.step_ms]
     busbw = f"peak all-reduce busbw {peak:.2f} GB/s" if len(complete) > 1 else "all-reduce busbw n/a with one rank"
     return Finding("burnin.pass", "pass", "run", f"{len(complete)} rank(s) completed; {busbw}",
                    {"peak_busbw_gbs": round(peak, 3),
@@ -199,54 +213,54 @@ def _passed(complete: List[dict]) -> Finding:
 BURNIN_IDS = frozenset({"burnin.setup", "burnin.pass"}) | frozenset(i for fn in BURNIN_RULES for i in fn.ids)
 
 
-def compute_share(rank: dict) -> float:
+def compute_share(rank: Rank) -> float:
     """The share of the training phase the GPU computed: each iteration is a compute-only step (compute_ms) and a
     full step (step_ms: the same compute and the gradient all-reduce). On a PCIe box the all-reduce of fp32
     gradients can take twice the compute (8x L40S: ~280 ms against ~130 ms), and NVML's power is a 1 s average."""
-    compute, step = rank.get("compute_ms") or [], rank.get("step_ms") or []
+    compute, step = rank.compute_ms or [], rank.step_ms or []
     if not compute or not step:
         return 1.0
     c, s = statistics.median(compute), statistics.median(step)
     return min(1.0, 2 * c / (c + s)) if c + s > 0 else 1.0
 
 
-def _load_fell_short(rank: dict) -> bool:
+def _load_fell_short(rank: Rank) -> bool:
     """The training phase's power never came near the GPU's limit (and nothing capped it there), allowing for the
     time the GPU spent waiting on the all-reduce rather than computing."""
-    gpu = rank.get("gpu") or {}
-    peak, limit = gpu.get("training_max_power_w"), gpu.get("power_limit_w")
-    if not gpu.get("training_samples") or not peak or not limit:
+    gpu = rank.gpu or RankGpu()
+    peak, limit = gpu.training_max_power_w, gpu.power_limit_w
+    if not gpu.training_samples or not peak or not limit:
         return False
-    capped = "sw_power_cap" in (gpu.get("training_reasons") or [])
+    capped = "sw_power_cap" in (gpu.training_reasons or [])
     return not capped and peak < LOAD_POWER_SHARE * limit * compute_share(rank)
 
 
-def _load_reached(rank: dict) -> Finding:
-    gpu = rank["gpu"]
-    peak, limit = gpu["training_max_power_w"], gpu["power_limit_w"]
+def _load_reached(rank: Rank) -> Finding:
+    gpu = rank.gpu
+    peak, limit = gpu.training_max_power_w, gpu.power_limit_w
     return Finding("burnin.load-low", "warn", _label(rank),
                    f"The training load peaked at {peak:.0f} W of the GPU's {limit:.0f} W limit "
                    f"({peak / limit:.0%}): the burn-in proved less than a full-power run",
-                   {"training_max_power_w": peak, "power_limit_w": limit, "samples": gpu["training_samples"],
-                    "reasons_seen": gpu.get("training_reasons"), "load": rank.get("load")},
+                   {"training_max_power_w": peak, "power_limit_w": limit, "samples": gpu.training_samples,
+                    "reasons_seen": gpu.training_reasons, "load": rank.load},
                    "Run longer (--duration), and check that nothing else held the GPU back: clocks locked low, "
                    "an application-clock or power-limit setting, MIG, or a GPU that cannot reach its clocks")
 
 
-def _bandwidth(complete: List[dict]) -> List[Finding]:
+def _bandwidth(complete: List[Rank]) -> List[Finding]:
     from .. import knowledge as kb
-    if not complete or complete[0].get("backend") != "nccl":
+    if not complete or complete[0].backend != "nccl":
         return []
-    model = kb.gpu_model(complete[0].get("gpu_name"))
+    model = kb.gpu_model(complete[0].gpu_name)
     if model is None:
         return []
-    world = complete[0]["world_size"]
+    world = complete[0].world_size
     row = next((r for r in kb.expected_busbw() if r["product"] == model["product"] and int(r["gpus"]) == world), None)
-    sweep = complete[0].get("allreduce") or []
+    sweep = complete[0].allreduce or []
     if row is None or not sweep:
         return []
-    measured, expected = sweep[-1]["busbw_gbs"], float(row["expected_busbw_gbs"])
-    evidence = {"busbw_gbs": round(measured, 1), "expected_gbs": expected, "bytes": sweep[-1]["bytes"],
+    measured, expected = sweep[-1].busbw_gbs, float(row["expected_busbw_gbs"])
+    evidence = {"busbw_gbs": round(measured, 1), "expected_gbs": expected, "bytes": sweep[-1].bytes,
                 "expected_algorithm": row["algorithm"], "expected_at_bytes": int(row["message_bytes"])}
     if measured < BANDWIDTH_FLOOR * expected:
         return [Finding("burnin.bandwidth", "warn", "run",

@@ -1,6 +1,7 @@
-"""The shape of one rank's burn-in result as the judge reads it, checked field by field (the snapshot loader's
-typed builder names the JSON path of a bad value). A burn-in across an inventory reads each host's report back from
-that host: untrusted input, which must give a clear problem for that host, never a crash of the judge."""
+"""The shape of one rank's burn-in result, typed: the judge reads these classes, never raw JSON. Built field by field
+(the snapshot loader's typed builder names the JSON path of a bad value). A burn-in across an inventory reads each
+host's report back from that host, and a local run each rank's file: untrusted input, which must give a clear
+problem for that host or rank, never a crash of the judge. Fields not listed here stay in the report untouched."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,12 +11,12 @@ from ..snapshot import build
 
 
 @dataclass
-class _Sample:
+class EccSample:
     ecc_volatile_uncorrected: Optional[int] = None
 
 
 @dataclass
-class _Gpu:
+class RankGpu:
     failure: Optional[str] = None
     reasons_seen: Optional[List[str]] = None
     reason_counts: Optional[Dict[str, int]] = None
@@ -25,25 +26,27 @@ class _Gpu:
     training_max_power_w: Optional[float] = None
     power_limit_w: Optional[float] = None
     training_samples: Optional[int] = None
-    before: Optional[_Sample] = None
-    after: Optional[_Sample] = None
+    before: Optional[EccSample] = None
+    after: Optional[EccSample] = None
 
 
 @dataclass
-class _Memory:
+class MemoryCheck:
     ok: Optional[bool] = None
+    bytes: Optional[int] = None
+    skipped: Optional[str] = None
     bad_words: Optional[int] = None
     first_bad_offset: Optional[int] = None
 
 
 @dataclass
-class _SweepRow:
+class SweepRow:
     bytes: int
     busbw_gbs: float
 
 
 @dataclass
-class RankFields:
+class Rank:
     rank: int
     world_size: int
     host: Optional[str] = None
@@ -56,17 +59,28 @@ class RankFields:
     env: Optional[Dict[str, str]] = None
     compute_ms: Optional[List[float]] = None
     step_ms: Optional[List[float]] = None
-    allreduce: Optional[List[_SweepRow]] = None
-    memory: Optional[_Memory] = None
-    gpu: Optional[_Gpu] = None
+    allreduce: Optional[List[SweepRow]] = None
+    memory: Optional[MemoryCheck] = None
+    gpu: Optional[RankGpu] = None
     load: Optional[Dict[str, Any]] = None
 
 
 MAX_RANKS = 4096 * 16
 
 
+def typed(rank: Any, where: str = "rank") -> Rank:
+    """One rank's result as the judge reads it; ValueError names the first bad field."""
+    try:
+        built = build(Rank, rank, where)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+    if built.rank < 0:
+        raise ValueError(f"{where}.rank: {built.rank} is negative")
+    return built
+
+
 def checked_ranks(report: Any) -> List[dict]:
-    """The ranks of one host's burn-in report, each checked against RankFields; ValueError names the first bad
+    """The ranks of one host's burn-in report, each checked against Rank; ValueError names the first bad
     field (`ranks[1].compute_ms[3]: expected float, got 'fast'`)."""
     if not isinstance(report, dict) or not str(report.get("schema", "")).startswith("gpuprep.burnin/"):
         raise ValueError("not a gpuprep burn-in report")
@@ -74,10 +88,5 @@ def checked_ranks(report: Any) -> List[dict]:
     if not isinstance(ranks, list) or len(ranks) > MAX_RANKS:
         raise ValueError("ranks: expected a list of ranks")
     for i, rank in enumerate(ranks):
-        try:
-            build(RankFields, rank, f"ranks[{i}]")
-        except TypeError as exc:
-            raise ValueError(str(exc)) from None
-        if rank["rank"] < 0:
-            raise ValueError(f"ranks[{i}].rank: {rank['rank']} is negative")
+        typed(rank, f"ranks[{i}]")
     return ranks

@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional
 
 from ..errors import BadInput
 from . import NCCL_SWEEP_MAX_MIB, RunResult, parse_master, preflight, setup_errors
+from .report_schema import typed
 
 GRACE_SECONDS = 15
 DEFAULT_RDZV_TIMEOUT = 60.0
@@ -136,8 +137,10 @@ def _rank_results(out_dir: str) -> Dict[int, dict]:
     for name in os.listdir(out_dir):
         if re.fullmatch(r"rank\d+\.json", name):
             data = _read_json(os.path.join(out_dir, name))
-            if data:
-                ranks[data["rank"]] = data
+            try:
+                ranks[typed(data, name).rank] = data
+            except ValueError:
+                continue        # a rank whose result is not a rank's result did not report: judged as missing
     return ranks
 
 
