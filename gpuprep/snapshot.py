@@ -82,6 +82,13 @@ class Gpu:
     temperature_shutdown_c: Optional[int] = None
     temperature_max_operating_c: Optional[int] = None
     memory_temperature_c: Optional[int] = None
+    # T.Limit (R550+ drivers, in place of the absolute thresholds above): the margin, in C, between the GPU's
+    # temperature and its T.Limit (its maximum operating temperature), and the margins at which it slows down,
+    # shuts down, and may run below base clock (nvidia-smi -q: GPU T.Limit Temp, GPU Slowdown T.Limit Temp, ...)
+    tlimit_margin_c: Optional[int] = None
+    tlimit_slowdown_c: Optional[int] = None
+    tlimit_shutdown_c: Optional[int] = None
+    tlimit_max_operating_c: Optional[int] = None
     # active clock event (throttle) reasons by NVML name, e.g. "hw_slowdown"; None = unknown
     clock_event_reasons: Optional[List[str]] = None
     # ECC
@@ -437,7 +444,8 @@ class Snapshot:
 
 # Counts and sizes that cannot be below zero; a negative one is a corrupted capture or snapshot, never a
 # reason to fail a GPU (a negative error count once read as "errors" and earned RMA advice)
-_SIGNED_GPU_FIELDS = {"temperature_c", "temperature_slowdown_c", "temperature_shutdown_c",
+_SIGNED_GPU_FIELDS = {"tlimit_margin_c", "tlimit_slowdown_c", "tlimit_shutdown_c", "tlimit_max_operating_c",
+                      "temperature_c", "temperature_slowdown_c", "temperature_shutdown_c",
                       "temperature_max_operating_c", "memory_temperature_c"}
 
 

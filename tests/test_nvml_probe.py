@@ -407,3 +407,22 @@ def test_the_power_limit_is_the_enforced_one_as_nvidia_smi_prints_it(tmp_path):
     assert "gpu 0 power_limit 900000" in path.read_text()
     gpu = _gpus(nvml_stub.probe_json(path))[0]
     assert gpu.power_limit_w == 700.0 and gpu.power_enforced_limit_w == 700.0
+
+
+def test_a_hot_gpu_is_judged_by_its_t_limit_margin_where_the_driver_gives_no_absolute_threshold(tmp_path):
+    """R550+ drivers report no slowdown temperature, only the margin to T.Limit (a real H200 capture: 59 C of margin,
+    throttling below base at 0, slowdown at -2): a GPU 3 C from T.Limit warns, one past it fails; before, with no
+    absolute threshold the rule passed any temperature."""
+    captured = import_files([corpus("h200.nvidia-smi-q.txt")])
+    (gpu,) = captured.gpus
+    assert (gpu.temperature_slowdown_c, gpu.tlimit_margin_c, gpu.tlimit_slowdown_c, gpu.tlimit_max_operating_c) == \
+        (None, 59, -2, 0)
+    hot, past = dataclasses.replace(gpu, index=1), dataclasses.replace(gpu, index=2)
+    hot.tlimit_margin_c, past.tlimit_margin_c = 3, -1
+    captured.gpus = [gpu, hot, past]
+    probed = _gpus(nvml_stub.probe_json(_configure(tmp_path, captured)))
+    assert [g.tlimit_margin_c for g in probed] == [59, 3, -1] and probed[2].tlimit_slowdown_c == -2
+    verdicts = {f.subject.split()[0]: f.severity for f in evaluate(Snapshot(gpus=probed)) if f.id == "gpu.temperature"}
+    assert verdicts == {"GPU0": "pass", "GPU1": "warn", "GPU2": "fail"}
+    assert [g.tlimit_margin_c for g in _gpus(nvml_stub.probe_json(_configure(tmp_path, captured), branch=535))] == \
+        [None, None, None]                      # nvmlDeviceGetMarginTemperature is newer than R535: unknown

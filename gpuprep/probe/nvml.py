@@ -230,6 +230,12 @@ def _thermal(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
     gpu.temperature_max_operating_c = ask(getattr(nvml, "nvmlDeviceGetTemperatureThreshold", None), h,
                                           nvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX)
     gpu.memory_temperature_c = _field_value(nvml, ask, h, nvml.NVML_FI_DEV_MEMORY_TEMP)
+    # R550+ GPUs report the margin to T.Limit instead of absolute thresholds (nvmlDeviceGetMarginTemperature)
+    gpu.tlimit_margin_c = ask(getattr(nvml, "nvmlDeviceGetMarginTemperature", None), h,
+                              absent=("NVML_ERROR_ARGUMENT_VERSION_MISMATCH",))
+    gpu.tlimit_shutdown_c, gpu.tlimit_slowdown_c, gpu.tlimit_max_operating_c = (
+        _field_value(nvml, ask, h, getattr(nvml, f"NVML_FI_DEV_TEMPERATURE_{name}_TLIMIT", field))
+        for name, field in (("SHUTDOWN", 193), ("SLOWDOWN", 194), ("GPU_MAX", 196)))
     reasons = ask(getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None), h)
     if reasons is None:
         reasons = ask(getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None), h)
@@ -349,11 +355,16 @@ def _nvlinks(nvml: Any, ask: _Asker, h: Any) -> Optional[List[NvLink]]:
     return links or None
 
 
+# nvmlValue_t's member for each nvmlValueType_t a field value may come as (T.Limit margins are negative)
+_VALUE_MEMBERS = {1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
 def _field_value(nvml: Any, ask: _Asker, h: Any, field_id: int) -> Optional[int]:
     values = ask(getattr(nvml, "nvmlDeviceGetFieldValues", None), h, [field_id])
     if not values or values[0].nvmlReturn != nvml.NVML_SUCCESS:
         return None
-    return int(values[0].value.uiVal)
+    member = _VALUE_MEMBERS.get(values[0].valueType)
+    return None if member is None else int(getattr(values[0].value, member))
 
 
 def _enabled(nvml: Any, value: Optional[int]) -> Optional[bool]:

@@ -447,25 +447,38 @@ def pcie(snap, ctx):
     return out
 
 
+def _thermal_headroom(gpu):
+    """(degrees C before the GPU throttles, the limit in words), or (None, None) when nothing says. Older GPUs give
+    absolute thresholds; R550+ drivers give the margin to T.Limit, the maximum operating temperature, instead."""
+    limit = gpu.temperature_slowdown_c or gpu.temperature_max_operating_c
+    if limit and gpu.temperature_c is not None:
+        return limit - gpu.temperature_c, f"the slowdown threshold {limit} C"
+    if gpu.tlimit_margin_c is not None:
+        at = gpu.tlimit_max_operating_c if gpu.tlimit_max_operating_c is not None else 0
+        return gpu.tlimit_margin_c - at, f"T.Limit ({gpu.tlimit_margin_c} C of margin, throttling at {at} C)"
+    return None, None
+
+
 @rule("gpu.temperature")
 def temperature(snap, ctx):
     out = []
     for gpu in all_gpus(snap):
-        if gpu.temperature_c is None:
+        if gpu.temperature_c is None and gpu.tlimit_margin_c is None:
             continue
-        limit = gpu.temperature_slowdown_c or gpu.temperature_max_operating_c
+        headroom, limit = _thermal_headroom(gpu)
         evidence = {"temperature_c": gpu.temperature_c, "slowdown_c": gpu.temperature_slowdown_c,
-                    "max_operating_c": gpu.temperature_max_operating_c}
-        if limit and gpu.temperature_c >= limit:
-            out.append(Finding("gpu.temperature", "fail", gpu_subject(gpu),
-                               f"{gpu.temperature_c} C at or above the slowdown threshold {limit} C", evidence,
+                    "max_operating_c": gpu.temperature_max_operating_c, "tlimit_margin_c": gpu.tlimit_margin_c,
+                    "tlimit_slowdown_c": gpu.tlimit_slowdown_c, "tlimit_max_operating_c": gpu.tlimit_max_operating_c}
+        now = f"{gpu.temperature_c} C" if gpu.temperature_c is not None else "The GPU"
+        if headroom is not None and headroom <= 0:
+            out.append(Finding("gpu.temperature", "fail", gpu_subject(gpu), f"{now} at or past {limit}", evidence,
                                "Check airflow, fans and inlet temperature"))
-        elif limit and gpu.temperature_c >= limit - 5:
-            out.append(Finding("gpu.temperature", "warn", gpu_subject(gpu),
-                               f"{gpu.temperature_c} C within 5 C of slowdown ({limit} C)", evidence,
+        elif headroom is not None and headroom <= 5:
+            out.append(Finding("gpu.temperature", "warn", gpu_subject(gpu), f"{now} within 5 C of {limit}", evidence,
                                "Check airflow, fans and inlet temperature"))
         else:
-            out.append(Finding("gpu.temperature", "pass", gpu_subject(gpu), f"{gpu.temperature_c} C", evidence))
+            margin = f", {headroom} C below {limit}" if headroom is not None else ""
+            out.append(Finding("gpu.temperature", "pass", gpu_subject(gpu), f"{now}{margin}", evidence))
     return out
 
 

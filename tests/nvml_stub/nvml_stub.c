@@ -502,6 +502,17 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatur
 EXPORT nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t type, unsigned int *temp) {
     DEVICE(0) return keyed_uint(g, "temp_threshold", type, temp);
 }
+#if NVML_BRANCH >= 570
+EXPORT nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device, nvmlMarginTemperature_t *margin) {
+    DEVICE(0)
+    OUT(margin);
+    if (margin->version != nvmlMarginTemperature_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    const char *v = gkey(g, "tlimit");
+    if (!v) return NVML_ERROR_NOT_SUPPORTED;
+    margin->marginTemperature = (int)strtol(v, NULL, 0);
+    return NVML_SUCCESS;
+}
+#endif
 EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values) {
     DEVICE(0)
     if (valuesCount < 0 || !writable(values, (size_t)valuesCount * sizeof *values)) return NVML_ERROR_INVALID_ARGUMENT;
@@ -511,6 +522,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCoun
         const char *v = gkey(g, key);
         if (!v) { values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED; continue; }
         values[i].nvmlReturn = NVML_SUCCESS;
+        if (values[i].fieldId >= NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT &&
+            values[i].fieldId <= NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT) {   /* margins, below zero past T.Limit */
+            values[i].valueType = NVML_VALUE_TYPE_SIGNED_INT;
+            values[i].value.siVal = (int)strtol(v, NULL, 0);
+            continue;
+        }
         values[i].valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
         values[i].value.uiVal = (unsigned int)strtoul(v, NULL, 0);
     }
