@@ -245,6 +245,37 @@ def test_sampler_finds_a_gpu_by_cudas_uuid_and_a_mig_instance_by_its_parent(tmp_
     assert mig == plain and mig["power_limit_w"] == snap.gpus[0].power_enforced_limit_w
 
 
+def _reason_timeline(tmp_path, snap, index, timeline):
+    """The stand-in's configuration with GPU `index`'s clock event reasons following `timeline`, one value a reading."""
+    bits = {"gpu_idle": 0x1, "sw_power_cap": 0x4, "hw_slowdown": 0x8}        # nvml.h's nvmlClocksEventReason* bits
+    path = _configure(tmp_path, snap)
+    lines = [line for line in path.read_text().splitlines() if not line.startswith(f"gpu {index} reasons ")]
+    lines.append(f"gpu {index} reasons " + ";".join(hex(sum(bits[r] for r in step)) for step in timeline))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_hw_slowdown_in_one_reading_of_a_p_state_change_warns_and_a_held_one_fails(tmp_path):
+    """nvml.h: HW Slowdown "may be reported during PState or clock change". The sampler reads a timeline from the
+    stand-in; the worker counts the readings per reason; one reading of it warns, two fail the rank."""
+    from gpuprep.burnin import RunResult
+    from gpuprep.burnin.judge import judge
+    from gpuprep.burnin.worker import _reason_counts, _reasons
+    snap = import_files([corpus(H100)])
+    verdicts = []
+    for timeline in ([["gpu_idle"], ["hw_slowdown"], [], [], ["sw_power_cap"]],
+                     [[], ["hw_slowdown"], ["hw_slowdown"], [], []]):
+        readings = nvml_stub.samples(_reason_timeline(tmp_path, snap, 0, timeline), index=0, count=len(timeline))
+        assert [r["clock_event_reasons"] for r in readings] == timeline
+        rank = {"rank": 0, "world_size": 1, "host": "n1", "backend": "nccl", "device": "cuda:0", "compute_ms": [5.0],
+                "step_ms": [9.0], "steps": 1, "memory": {"ok": True},
+                "gpu": {"samples": len(readings), "reasons_seen": _reasons(readings),
+                        "reason_counts": _reason_counts(readings)}}
+        found = judge(RunResult(ranks={0: rank}, world_size=1, exit_code=0, timed_out=False, wall_seconds=60))
+        verdicts.append([f.severity for f in found if f.id == "burnin.throttle"])
+    assert verdicts == [["warn"], ["fail"]]
+
+
 def test_a_gpu_lost_in_the_middle_of_a_burn_in_is_reported(tmp_path):
     from gpuprep.burnin import RunResult
     from gpuprep.burnin.judge import judge

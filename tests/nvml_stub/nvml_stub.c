@@ -457,10 +457,16 @@ EXPORT nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t device, un
     return get_list(gkey(g, key), count, clocksMHz);
 }
 
+/* "reasons A;B;C": a timeline, the GPU's Nth reading (counted over the process's life, across nvmlInit as the
+ * burn-in's sampler re-initialises for each) answers the Nth value, the last one from then on. nvml.h: HW Slowdown
+ * "may be reported during PState or clock change", so a timeline can hold it for one reading only. */
+static long reasons_read[MAX_GPUS];
 static nvmlReturn_t reasons(gpu_t *g, unsigned long long *out) {
     OUT(out);
     const char *v = gkey(g, "reasons");
     if (!v) return NVML_ERROR_NOT_SUPPORTED;
+    long n = reasons_read[g - gpus]++;
+    for (const char *next; n > 0 && (next = strchr(v, ';')) != NULL; n--) v = next + 1;
     *out = strtoull(v, NULL, 0);
     return NVML_SUCCESS;
 }
