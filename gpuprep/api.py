@@ -468,10 +468,11 @@ def nagios(sources: Sequence[str] = (), *, profile_name: Optional[str] = None, s
 def slurm_hook(hook: str, *, sources: Sequence[str] = (), profile_name: Optional[str] = None,
                skip: Sequence[str] = (), only: Sequence[str] = (), node: Optional[str] = None,
                scontrol: str = "scontrol", require_burnin: Optional[str] = None, burnin_within: Optional[str] = None,
-               baseline_dir: str = "/run/gpuprep/slurm", budget: float = 45.0):
+               baseline_dir: str = "/run/gpuprep/slurm", budget: float = 45.0, job_report: Optional[str] = None):
     """Slurm's HealthCheckProgram, Prolog or Epilog (`hook`): judge this node within `budget` seconds (from this
     call; the hook command counts from its interpreter's start) under the node's lock, then drain it with gpuprep's reason, resume a node gpuprep drained
-    once healthy (and, with `require_burnin`, after a passing burn-in report), or leave it. Returns (exit code: 1
+    once healthy (and, with `require_burnin`, after a passing burn-in report), or leave it. With `job_report` (a
+    directory), the epilog also writes the job's GPU report there (jobreport.py). Returns (exit code: 1
     when the node fails a health check or prolog, else 0; the line saying what was done). Raises on gpuprep's own
     trouble; the hook's exit policy (probe_main) turns that into "left as it was"."""
     import os
@@ -489,13 +490,16 @@ def slurm_hook(hook: str, *, sources: Sequence[str] = (), profile_name: Optional
     job = os.environ.get("SLURM_JOB_ID", "")
     with slurm.time_limit(budget), slurm.HookLock(baseline_dir).held(0 if hook == "healthcheck" else budget):
         facts_at = time.time()
-        facts = slurm.since_job_start(hook, job, snapshot(sources, docker=False, allow_mixed=True), baseline_dir)
+        facts = snapshot(sources, docker=False, allow_mixed=True)
+        start = slurm.since_job_start(hook, job, facts, baseline_dir)
         result = check(facts=facts, profile_name=profile_name, skip=skip, only=only)
         found = adapters.problems(result.findings, result.settings)
         gpus = [v for g in facts.gpus or [] for v in (g.uuid, g.pci_bus_id) if v]
         gate = slurm.Gate(require_burnin, within, socket.gethostname(), gpus)
         outcome = slurm.act(name, found, slurm.Scontrol(scontrol), gate, facts_at=facts_at)
     line = f"gpuprep slurm {hook}: node {name}: {outcome.action.kind} ({outcome.action.why})"
+    if job_report and hook == "epilog" and job:
+        line += "\n" + slurm.write_job_report(job, start, job_report, os.environ)
     return (1 if found and hook in ("healthcheck", "prolog") else 0), line
 
 

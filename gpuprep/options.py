@@ -35,7 +35,8 @@ FLAGS = {"driver": "--driver", "cuda": "--cuda", "cudnn": "--cudnn", "torch": "-
          "seconds": "--duration", "interval": "--interval", "sources": "--from", "profile": "--profile",
          "profile_name": "--profile", "age": "--burnin-within", "burnin_within": "--burnin-within",
          "require_burnin": "--require-burnin", "budget": "--budget", "directory": "-o", "root": "--root",
-         "default_interface": "--default-interface", "socket_ifname": "--socket-ifname", "overrides": "--set", "deep": "--deep"}
+         "default_interface": "--default-interface", "socket_ifname": "--socket-ifname", "overrides": "--set", "deep": "--deep",
+         "job_report": "--job-report"}
 
 
 def with_help(options: Sequence[Option], flag: str, text: str, metavar: str = "") -> tuple:

@@ -41,6 +41,10 @@ def _parser(prog: str = "gpuprep-probe") -> argparse.ArgumentParser:
     slurm.add_argument("--burnin-within", metavar="DURATION", help="... and is at most this old (e.g. 24h)")
     slurm.add_argument("--baseline-dir", default="/run/gpuprep/slurm", metavar="DIR",
                        help="where the prolog notes each job's start for its epilog (default /run/gpuprep/slurm)")
+    slurm.add_argument("--job-report", metavar="DIR",
+                       help="epilog: write the job's GPU report to DIR/job-JOB.report.json: how busy each of its GPUs "
+                            "was (NVML accounting, `nvidia-smi -am 1`) and why, from a `gpuprep watch` of the job "
+                            "left there as job-JOB.watch.json")
     slurm.add_argument("--budget", type=_seconds, default=45.0, metavar="SECONDS",
                        help="give up (change nothing, exit 0) when the whole hook, from the interpreter's start, "
                             "takes longer (default 45, below Slurm's 60 s)")
@@ -175,7 +179,7 @@ def _slurm_hook(args) -> int:
     budget = max(0.001, args.budget - process_age())
     code, line = api.slurm_hook(args.hook, **_judging_arguments(args), node=args.node, scontrol=args.scontrol,
                                 require_burnin=args.require_burnin, burnin_within=args.burnin_within,
-                                baseline_dir=args.baseline_dir, budget=budget)
+                                baseline_dir=args.baseline_dir, budget=budget, job_report=args.job_report)
     sys.stderr.write(line + "\n")
     return code
 

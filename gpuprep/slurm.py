@@ -290,16 +290,25 @@ def record_baseline(job_id: str, xid_count: Optional[int], directory: str = BASE
         raise GpuprepError(f"{path}: {exc.strerror or exc}") from None
 
 
-def read_baseline(job_id: str, directory: str = BASELINE_DIR) -> Optional[int]:
-    """The number of Xid lines at the job's start (then the file is removed); None when the prolog left none."""
+@dataclass
+class JobStart:
+    """What the prolog noted when the job started: the kernel log's Xid lines then, and the time."""
+    xids: Optional[int] = None
+    at: Optional[float] = None
+
+
+def read_baseline(job_id: str, directory: str = BASELINE_DIR) -> JobStart:
+    """The job's start as the prolog noted it (then the file is removed); unknowns where it left none."""
     path = baseline_path(job_id, state_directory(directory))
     try:
         data = json.loads(read_regular(path, 1 << 16))
         os.remove(path)
     except (OSError, ValueError, RecursionError):
-        return None
-    count = data.get("xids") if isinstance(data, dict) else None
-    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+        return JobStart()
+    data = data if isinstance(data, dict) else {}
+    count, at = data.get("xids"), data.get("at")
+    return JobStart(count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None,
+                    float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) and 0 < at < 1e11 else None)
 
 
 class HookLock:
@@ -341,16 +350,45 @@ class HookLock:
             self.release()
 
 
-def since_job_start(hook: str, job: str, facts, directory: str = BASELINE_DIR):
+def since_job_start(hook: str, job: str, facts, directory: str = BASELINE_DIR) -> JobStart:
     """The node's facts for a hook: the prolog notes how many Xid lines the kernel log holds, the epilog keeps only
-    the lines that came after (a rotated log: all of them)."""
+    the lines that came after (a rotated log: all of them). Returns the job's start as the prolog noted it (the
+    epilog's; unknowns for the other hooks)."""
     if hook == "prolog" and job:
         record_baseline(job, len(facts.xids) if facts.xids is not None else None, directory)
-    if hook == "epilog" and job:
-        before = read_baseline(job, directory)
-        if before is not None and facts.xids is not None and len(facts.xids) >= before:
-            facts.xids = facts.xids[before:]
-    return facts
+    if hook != "epilog" or not job:
+        return JobStart()
+    start = read_baseline(job, directory)
+    if start.xids is not None and facts.xids is not None and len(facts.xids) >= start.xids:
+        facts.xids = facts.xids[start.xids:]
+    return start
+
+
+def allocated_gpus(environ) -> Optional[List[int]]:
+    """The GPU indexes Slurm gave the job (SLURM_JOB_GPUS in the prolog's and epilog's environment); None when it
+    does not say."""
+    text = environ.get("SLURM_JOB_GPUS") or ""
+    if not re.fullmatch(r"[0-9]{1,4}(,[0-9]{1,4}){0,1023}", text):
+        return None
+    return [int(i) for i in text.split(",")]
+
+
+def write_job_report(job: str, start: JobStart, directory: str, environ) -> str:
+    """The epilog's job report (jobreport.py) from NVML's accounting and the job's `gpuprep watch` document, if one
+    was left in `directory` (job-JOB.watch.json), written there as job-JOB.report.json; returns its headline."""
+    from . import jobreport
+    from .output import write_atomic
+    from .probe.nvml import accounting
+    folder = state_directory(directory)
+    watch_path = baseline_path(job, folder)[:-len(".json")] + ".watch.json"
+    try:
+        watch = json.loads(read_regular(watch_path, REPORT_LIMIT))
+    except (OSError, ValueError, RecursionError):
+        watch = None
+    report = jobreport.job_report(job, start.at, time.time(), accounting(), allocated_gpus(environ), watch)
+    path = watch_path[:-len(".watch.json")] + ".report.json"
+    write_atomic(path, json.dumps(report, indent=2) + "\n")
+    return f"{jobreport.headline(report)} ({path})"
 
 
 def process_age() -> float:

@@ -437,6 +437,43 @@ def job_sample(nvml: Any = None) -> Optional[List[dict]]:
     return _in_session(nvml, read)
 
 
+def accounting(nvml: Any = None) -> Optional[List[dict]]:
+    """NVML's per-process accounting of every GPU (one session), for a Slurm job's report: per GPU its `index`,
+    `uuid`, `pci_bus_id`, `mode` (accounting on, off, or None where NVML cannot say) and the `processes` it kept,
+    running or ended: `pid`, `gpu_util_pct` and `memory_util_pct` over the process's life, `max_memory_bytes`,
+    `start_time` (s since the epoch), `seconds` (0 while it runs) and `running`. None when NVML is unavailable."""
+    def read(nvml, ask):
+        count = ask(getattr(nvml, "nvmlDeviceGetCount", None)) or 0
+        return [_accounted(nvml, ask, index) for index in range(count)]
+    return _in_session(nvml, read)
+
+
+_NOT_AVAILABLE = 0xFFFFFFFF       # nvml.h's NVML_VALUE_NOT_AVAILABLE (-1) in an unsigned int
+
+
+def _accounted(nvml: Any, ask: "_Asker", index: int) -> dict:
+    ask.fatal = []
+    h = ask(getattr(nvml, "nvmlDeviceGetHandleByIndex", None), index)
+    if h is None:
+        return {"index": index, "failure": ask.fatal[0] if ask.fatal else "not opened", "mode": None, "processes": []}
+    pci = ask(getattr(nvml, "nvmlDeviceGetPciInfo", None), h)
+    mode = ask(getattr(nvml, "nvmlDeviceGetAccountingMode", None), h)
+    enabled = None if mode is None else mode == nvml.NVML_FEATURE_ENABLED
+    processes = []
+    for pid in (ask(getattr(nvml, "nvmlDeviceGetAccountingPids", None), h) or []) if enabled else []:
+        # a PID the circular buffer has since overwritten is gone, not an error
+        stats = ask(getattr(nvml, "nvmlDeviceGetAccountingStats", None), h, pid, absent=("NVML_ERROR_NOT_FOUND",))
+        if stats is not None:
+            processes.append({
+                "pid": pid, "gpu_util_pct": None if stats.gpuUtilization == _NOT_AVAILABLE else stats.gpuUtilization,
+                "memory_util_pct": None if stats.memoryUtilization == _NOT_AVAILABLE else stats.memoryUtilization,
+                "max_memory_bytes": stats.maxMemoryUsage, "start_time": stats.startTime / 1e6,
+                "seconds": stats.time / 1000.0, "running": bool(stats.isRunning)})
+    return {"index": index, "uuid": _text(ask(getattr(nvml, "nvmlDeviceGetUUID", None), h)),
+            "pci_bus_id": _text(pci.busId) if pci is not None else None, "mode": enabled, "processes": processes,
+            "failure": ask.fatal[0] if ask.fatal else None}
+
+
 def _in_session(nvml: Any, read: Callable[[Any, "_Asker"], Any]):
     """`read(nvml, ask)` inside one NVML session (init, then shutdown whatever happens); None without NVML."""
     nvml = nvml if nvml is not None else load_library()

@@ -658,6 +658,73 @@ EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int c
     return NVML_SUCCESS;
 }
 
+/* ------------------------------------------------------------------ per-process accounting (the Slurm job report)
+ * "gpu N accounting_mode 0|1" and "gpu N accounted PID:GPU%:MEM%:MAXBYTES:START_US:TIME_MS:RUNNING,...": what
+ * nvmlDeviceGetAccountingStats keeps for each process, running or ended, while accounting mode is on. */
+#define MAX_ACCOUNTED 64
+struct accounted { unsigned int pid; nvmlAccountingStats_t stats; };
+static int accounted_of(gpu_t *g, struct accounted *out) {
+    const char *v = gkey(g, "accounted");
+    int n = 0;
+    while (v && *v && n < MAX_ACCOUNTED) {
+        struct accounted *a = &out[n];
+        memset(a, 0, sizeof *a);
+        if (sscanf(v, "%u:%u:%u:%llu:%llu:%llu:%u", &a->pid, &a->stats.gpuUtilization, &a->stats.memoryUtilization,
+                   &a->stats.maxMemoryUsage, &a->stats.startTime, &a->stats.time, &a->stats.isRunning) != 7) return -1;
+        n++;
+        v = strchr(v, ',');
+        if (v) v++;
+    }
+    return n;
+}
+static nvmlReturn_t accounting_on(gpu_t *g) {
+    const char *v = gkey(g, "accounting_mode");
+    if (!v) return NVML_ERROR_NOT_SUPPORTED;
+    return strtoul(v, NULL, 0) == 1 ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;   /* nvml.h: disabled reads so */
+}
+EXPORT nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, nvmlEnableState_t *mode) {
+    DEVICE(0)
+    OUT(mode);
+    const char *v = gkey(g, "accounting_mode");
+    if (!v) return NVML_ERROR_NOT_SUPPORTED;
+    *mode = strtoul(v, NULL, 0) == 1 ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetAccountingBufferSize(nvmlDevice_t device, unsigned int *bufferSize) {
+    DEVICE(0)
+    OUT(bufferSize);
+    if (!gkey(g, "accounting_mode")) return NVML_ERROR_NOT_SUPPORTED;
+    *bufferSize = 4000;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int *count, unsigned int *pids) {
+    DEVICE(0)
+    OUT(count);
+    nvmlReturn_t on = accounting_on(g);
+    if (on) return on;
+    struct accounted all[MAX_ACCOUNTED];
+    int n = accounted_of(g, all);
+    if (n < 0) return NVML_ERROR_UNKNOWN;
+    if (*count < (unsigned int)n || (pids == NULL && n > 0)) { *count = (unsigned int)n; return NVML_ERROR_INSUFFICIENT_SIZE; }
+    if (n && !writable(pids, (size_t)n * sizeof *pids)) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < n; i++) pids[i] = all[i].pid;
+    *count = (unsigned int)n;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid, nvmlAccountingStats_t *stats) {
+    DEVICE(0)
+    OUT(stats);
+    nvmlReturn_t on = accounting_on(g);
+    if (on) return on;
+    struct accounted all[MAX_ACCOUNTED];
+    int n = accounted_of(g, all);
+    if (n < 0) return NVML_ERROR_UNKNOWN;
+    for (int i = 0; i < n; i++) {
+        if (all[i].pid == pid) { *stats = all[i].stats; return NVML_SUCCESS; }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
 /* ------------------------------------------------------------------ a running job (gpuprep watch)
  * "gpu N util G,M" (percent of time a kernel ran / memory was read or written), "gpu N pcie_rx KB/s",
  * "gpu N pcie_tx KB/s", "gpu N procs PID:BYTES,PID:BYTES" (the compute processes). The configuration is read
