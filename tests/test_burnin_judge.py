@@ -222,3 +222,18 @@ def test_gpus_a_burn_in_cannot_use_are_named_before_any_rank_starts():
     assert "newer than this driver runs (CUDA 12.8)" in gpu_setup_problem(gpus, "12.8", ("2.9.0+cu130", "13.0"))
     gpus[2].mig_mode_current = True
     assert gpu_setup_problem(gpus, "12.8", ("2.7.0+cu128", "12.8")).startswith("MIG is enabled on GPU 2")
+
+
+def test_b200_and_a_two_node_a100_run_are_judged_against_their_own_figures():
+    """busbw.csv had rows for one 8-GPU A100, H100 and H200 node only: a B200 box or a multi-node run got no
+    verdict. The row is chosen by the GPU model and the run's world size (a 16-rank A100 run is two nodes over IB)."""
+    def run(product, world, busbw):
+        ranks = [dict(gpu_rank(r, busbw), gpu_name=product, world_size=world) for r in range(world)]
+        return [(f.severity, f.evidence["expected_gbs"]) for f in judge(
+            RunResult(ranks={r["rank"]: r for r in ranks}, world_size=world, exit_code=0, timed_out=False,
+                      wall_seconds=70)) if f.id == "burnin.bandwidth"]
+    assert run("NVIDIA B200", 8, 760.0) == [("pass", 741.0)]
+    assert run("NVIDIA B200", 8, 400.0) == [("warn", 741.0)]
+    assert run("NVIDIA A100-SXM4-80GB", 16, 150.0) == [("warn", 188.0)]
+    assert run("NVIDIA A100-SXM4-80GB", 8, 230.0) == [("pass", 228.0)]
+    assert run("NVIDIA B200", 4, 300.0) == []          # no public figure for four B200: no verdict, never a pass
