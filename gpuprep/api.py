@@ -55,8 +55,8 @@ def snapshot(sources: Sequence[str] = (), *, root: str = "/", docker: bool = Tru
     if dcgm_level not in (1, 2, 3, 4) or isinstance(dcgm_level, bool):
         raise bad_argument("dcgm_level", f"{dcgm_level!r}: DCGM's levels are 1 to 4")
     if deep and (sources or not docker):
-        raise BadInput(lambda name: f"{name('deep')} starts containers on this host: not with {name('sources')} "
-                                    "captures, nor without Docker")
+        raise BadInput(lambda name: f"{name('deep')} starts containers on this host: not with captures "
+                                    f"({name('sources')}), nor without Docker")
     if sources:
         from .parsers import import_files
         return import_files(list(sources), allow_mixed)
