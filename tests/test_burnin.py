@@ -112,6 +112,21 @@ def test_the_rank_that_died_first_is_named_when_torchrun_sees_two_fail_at_once()
     assert root_cause(done.stdout + done.stderr) == (1, 17)
 
 
+def test_a_rank_torn_down_by_sigabrt_after_its_peer_died_is_not_named_first():
+    """NCCL's watchdog aborts a rank whose peer is gone (SIGABRT, exit code -6), as gloo's teardown did to the test
+    job of gpuprep watch on a loaded host: the rank that died on its own (17) is the one named."""
+    import os
+    import subprocess
+    import sys
+    from gpuprep.burnin.torchrun import root_cause
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "--max-restarts", "0", "--monitor-interval", "3",
+                           str(REPO / "tests" / "data" / "burnin" / "peer-vanishes.py")],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, PEER_VANISHES_ABORT="1"))
+    assert "exitcode  : -6" in done.stderr and "exitcode  : 17" in done.stderr, done.stderr[-2000:]
+    assert root_cause(done.stdout + done.stderr) == (1, 17)
+
+
 @pytest.mark.slow
 def test_a_corrupted_word_fails_the_rank_with_its_offset():
     run = launch(6, 2, "gloo", env={"GPUPREP_BURNIN_TEST_FLIP_WORD": "1000003"})
@@ -198,3 +213,11 @@ def test_a_burnin_beside_a_cpu_hog_trains_and_passes(cpu_hog):
     findings = judge(run)
     assert [f.id for f in findings if f.severity == "fail"] == [], run.log_tail
     assert all(rank["steps"] > 0 for rank in run.ranks.values()) and sorted(run.ranks) == [0, 1]
+
+
+@pytest.mark.slow
+def test_a_killed_rank_is_named_beside_a_cpu_hog(cpu_hog):
+    """On a loaded host torchrun may see the surviving rank's teardown (exit 1, or SIGABRT) first: the rank that
+    died on its own is still the one named."""
+    run = launch(8, 2, "gloo", env={"GPUPREP_BURNIN_TEST_DIE_RANK": "1"})
+    assert [f.subject for f in judge(run) if f.id == "burnin.rank-failed"] == ["rank 1"], run.log_tail[-20:]

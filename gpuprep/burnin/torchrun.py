@@ -33,11 +33,15 @@ def _failures(report: str) -> List[tuple]:
     return [(int(rank.group(1)), int(code.group(1)) if code else None) for rank, code in found if rank]
 
 
+_AFTER_A_PEER = (1, -6)
+
+
 def root_cause(output: str):
     """(rank, exit code) of the rank that failed first: torchrun's 'Root Cause (first observed failure)', unless
     torchrun saw several ranks fail in one look (their times are the same second) and named one that raised a Python
-    error (exit 1, what a rank does when its peer vanishes mid-collective) while exactly one other died abruptly (a
-    signal, an exit of its own): that one went first."""
+    error (exit 1, what a rank does when its peer vanishes mid-collective) or was aborted (SIGABRT, as NCCL's watchdog
+    tears such a rank down) while exactly one other died abruptly (another signal, an exit of its own): that one
+    went first."""
     head, found, cause = output.rpartition("Root Cause")
     if not found:
         return None, None
@@ -45,9 +49,11 @@ def root_cause(output: str):
     if not first:
         return None, None
     rank, code = first[0]
-    # -15 is SIGTERM, torchrun's own stop of the other ranks: not a death of their own
-    abrupt = {failure for failure in _failures(head.rpartition("Failures:")[2]) if failure[1] not in (1, -15, None)}
-    if code == 1 and len(abrupt) == 1:
+    # what a rank does because a peer vanished: exit 1 (a Python error from the collective) or -6 (SIGABRT: NCCL's
+    # watchdog, and gloo's teardown, abort the process); -15 is SIGTERM, torchrun's own stop of the other ranks
+    abrupt = {failure for failure in _failures(head.rpartition("Failures:")[2])
+              if failure[1] not in (*_AFTER_A_PEER, -15, None)}
+    if code in _AFTER_A_PEER and len(abrupt) == 1:
         return abrupt.pop()
     return rank, code
 
