@@ -131,6 +131,27 @@ def test_a_throttled_gpu_and_full_memory_are_named_from_nvml(tmp_path):
     assert "hw_slowdown" in throttled["title"] and throttled["evidence"]["sm_clock_median_pct"] < 50
 
 
+@pytest.mark.slow
+def test_a_busy_gpu_whose_sms_never_run_tensor_cores_is_named_from_gpm(tmp_path):
+    """GPM (Hopper and later): NVML's ANY_TENSOR_UTIL over two samples. A GPU busy 95% with Tensor Cores idle
+    gets job.no-tensor-cores; the same GPU with them at 60% does not; a GPU without GPM says nothing of them."""
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        found = {}
+        for name, extra in (("idle", "gpu 0 gpm_tensor 0;1.5;0;0.5;0;0\n"), ("used", "gpu 0 gpm_tensor 60\n"),
+                            ("no gpm", "")):
+            _, done, doc = watched_on_one_gpu(tmp_path, job, f"gpu 0 util 95,40\ngpu 0 procs {job.pid}:1000\n" + extra, 5)
+            found[name] = [f for f in doc["findings"] if f["id"] == "job.no-tensor-cores"]
+            series = doc["ranks"][0]["tensor_active_pct"]
+            assert (all(v is None for v in series) if name == "no gpm" else len(series) >= 3), (name, series)
+    finally:
+        job.kill()
+        job.wait()
+    (idle,) = found["idle"]
+    assert idle["severity"] == "warn" and idle["evidence"]["tensor_active_median_pct"] < 10
+    assert found["used"] == [] and found["no gpm"] == []
+
+
 def test_a_job_ending_mid_watch_ends_the_watch_with_what_was_seen(tmp_path):
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
     done, doc = watched(["--pid", str(job.pid), "--duration", "30"])

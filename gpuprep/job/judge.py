@@ -512,6 +512,25 @@ def watch_memory(job: Job) -> List[Finding]:
             for r in _watched(job) if any(m is not None and m > limit("memory_pct") for m in r.memory_pct)]
 
 
+@job_rule("job.no-tensor-cores")
+def watch_tensor_cores(job: Job) -> List[Finding]:
+    """GPM (Hopper and later): the GPU is busy, but its SMs almost never run a Tensor Core instruction."""
+    out = []
+    for r in _watched(job):
+        busy = [t for u, t in zip(r.gpu_util_pct, r.tensor_active_pct)
+                if u is not None and t is not None and u >= limit("watch_busy_pct")]
+        if len(busy) < 3 or statistics.median(busy) >= limit("tensor_core_pct"):
+            continue
+        out.append(Finding("job.no-tensor-cores", "warn", _who_pid(r),
+                           f"The GPU is busy but its SMs run Tensor Core instructions {statistics.median(busy):.0f}% "
+                           f"of the time (GPM, median of {len(busy)} busy samples)",
+                           {"gpu": r.gpu, "tensor_active_median_pct": statistics.median(busy), "busy_samples": len(busy)},
+                           "Train in mixed precision: torch.autocast(device_type='cuda', dtype=torch.bfloat16); at "
+                           "least allow TF32: torch.backends.cuda.matmul.allow_tf32 = True, "
+                           "torch.backends.cudnn.allow_tf32 = True", source("tensor_core_pct")))
+    return out
+
+
 @job_rule("job.nccl-transport")
 def watch_transport(job: Job) -> List[Finding]:
     """NCCL's own log (`watch -- CMD`) says it used sockets on a node that has InfiniBand."""

@@ -433,8 +433,52 @@ def job_sample(nvml: Any = None) -> Optional[List[dict]]:
     (which PIDs run on it). None when NVML is unavailable; a GPU's field NVML cannot give is None."""
     def read(nvml, ask):
         count = ask(getattr(nvml, "nvmlDeviceGetCount", None)) or 0
-        return [_job_reading(nvml, ask, index) for index in range(count)]
+        readings = [_job_reading(nvml, ask, index) for index in range(count)]
+        for reading, share in zip(readings, _tensor_active(nvml, ask, count)):
+            reading["tensor_active_pct"] = share
+        return readings
     return _in_session(nvml, read)
+
+
+GPM_INTERVAL = 0.1      # seconds between the two GPM samples a metric is computed over
+
+
+def _tensor_active(nvml: Any, ask: "_Asker", count: int) -> List[Optional[float]]:
+    """Per GPU, the share of time its SMs ran any Tensor Core instruction (GPM, Hopper and later, R520+), over
+    GPM_INTERVAL; None where GPM is not supported. Every supported GPU's first sample is taken before the one wait."""
+    import time
+    support = getattr(nvml, "c_nvmlGpmSupport_t", None)
+    handles = [ask(getattr(nvml, "nvmlDeviceGetHandleByIndex", None), i) for i in range(count)]
+    pairs: List[Optional[tuple]] = []
+    for h in handles:
+        supported = ask(getattr(nvml, "nvmlGpmQueryDeviceSupport", None), h) if h is not None and support else None
+        first = ask(getattr(nvml, "nvmlGpmSampleAlloc", None)) if supported and supported.isSupportedDevice else None
+        if first is not None and ask(getattr(nvml, "nvmlGpmSampleGet", None), h, first) is None:
+            ask(nvml.nvmlGpmSampleFree, first)
+            first = None
+        pairs.append((h, first) if first is not None else None)
+    if not any(pairs):
+        return [None] * count
+    time.sleep(GPM_INTERVAL)
+    return [_tensor_metric(nvml, ask, pair) if pair else None for pair in pairs]
+
+
+def _tensor_metric(nvml: Any, ask: "_Asker", pair: tuple) -> Optional[float]:
+    h, first = pair
+    second = ask(getattr(nvml, "nvmlGpmSampleAlloc", None))
+    try:
+        if second is None or ask(nvml.nvmlGpmSampleGet, h, second) is None:
+            return None
+        get = nvml.c_nvmlGpmMetricsGet_t()
+        get.version, get.numMetrics, get.sample1, get.sample2 = nvml.NVML_GPM_METRICS_GET_VERSION, 1, first, second
+        get.metrics[0].metricId = nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+        if ask(getattr(nvml, "nvmlGpmMetricsGet", None), get) is None or get.metrics[0].nvmlReturn != nvml.NVML_SUCCESS:
+            return None
+        return round(float(get.metrics[0].value), 1)
+    finally:
+        for sample in (first, second):
+            if sample is not None:
+                ask(nvml.nvmlGpmSampleFree, sample)
 
 
 def accounting(nvml: Any = None) -> Optional[List[dict]]:

@@ -725,6 +725,57 @@ EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned i
     return NVML_ERROR_NOT_FOUND;
 }
 
+/* ------------------------------------------------------------------ GPU performance monitoring (Hopper+)
+ * "gpu N gpm_tensor V;V2;..." makes GPU N support GPM; the Nth nvmlGpmMetricsGet over two of its samples answers
+ * NVML_GPM_METRIC_ANY_TENSOR_UTIL = the Nth value (the last from then on); every other metric NOT_SUPPORTED. */
+#if NVML_BRANCH >= 525
+struct nvmlGpmSample_st { int gpu; int filled; };
+static long gpm_metrics_read[MAX_GPUS];
+EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *support) {
+    DEVICE(0)
+    OUT(support);
+    if (support->version != NVML_GPM_SUPPORT_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    support->isSupportedDevice = gkey(g, "gpm_tensor") != NULL;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    OUT(sample);
+    *sample = calloc(1, sizeof **sample);
+    return *sample ? NVML_SUCCESS : NVML_ERROR_MEMORY;
+}
+EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (sample == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    free(sample);
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
+    DEVICE(0)
+    if (sample == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!gkey(g, "gpm_tensor")) return NVML_ERROR_NOT_SUPPORTED;
+    sample->gpu = (int)(g - gpus);
+    sample->filled = 1;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *get) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    OUT(get);
+    if (get->version != NVML_GPM_METRICS_GET_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    nvmlGpmSample_t a = get->sample1, b = get->sample2;
+    if (!a || !b || !a->filled || !b->filled || a->gpu != b->gpu || a == b || get->numMetrics > NVML_GPM_METRIC_MAX)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    const char *v = gkey(&gpus[b->gpu], "gpm_tensor");
+    for (long n = gpm_metrics_read[b->gpu]++; n > 0 && v && strchr(v, ';'); n--) v = strchr(v, ';') + 1;
+    for (unsigned int i = 0; i < get->numMetrics; i++) {
+        nvmlGpmMetric_t *m = &get->metrics[i];
+        m->nvmlReturn = m->metricId == NVML_GPM_METRIC_ANY_TENSOR_UTIL ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+        m->value = m->nvmlReturn == NVML_SUCCESS ? strtod(v, NULL) : 0.0;
+    }
+    return NVML_SUCCESS;
+}
+#endif
+
 /* ------------------------------------------------------------------ a running job (gpuprep watch)
  * "gpu N util G,M" (percent of time a kernel ran / memory was read or written), "gpu N pcie_rx KB/s",
  * "gpu N pcie_tx KB/s", "gpu N procs PID:BYTES,PID:BYTES" (the compute processes). The configuration is read
