@@ -677,10 +677,12 @@ static int accounted_of(gpu_t *g, struct accounted *out) {
     }
     return n;
 }
-static nvmlReturn_t accounting_on(gpu_t *g) {
+/* the processes kept, while accounting mode is on (nvml.h: NOT_SUPPORTED when it is disabled) */
+static nvmlReturn_t accounted_list(gpu_t *g, struct accounted *all, int *n) {
     const char *v = gkey(g, "accounting_mode");
-    if (!v) return NVML_ERROR_NOT_SUPPORTED;
-    return strtoul(v, NULL, 0) == 1 ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;   /* nvml.h: disabled reads so */
+    if (!v || strtoul(v, NULL, 0) != 1) return NVML_ERROR_NOT_SUPPORTED;
+    *n = accounted_of(g, all);
+    return *n < 0 ? NVML_ERROR_UNKNOWN : NVML_SUCCESS;
 }
 EXPORT nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, nvmlEnableState_t *mode) {
     DEVICE(0)
@@ -700,11 +702,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetAccountingBufferSize(nvmlDevice_t device, unsig
 EXPORT nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int *count, unsigned int *pids) {
     DEVICE(0)
     OUT(count);
-    nvmlReturn_t on = accounting_on(g);
-    if (on) return on;
     struct accounted all[MAX_ACCOUNTED];
-    int n = accounted_of(g, all);
-    if (n < 0) return NVML_ERROR_UNKNOWN;
+    int n;
+    nvmlReturn_t r = accounted_list(g, all, &n);
+    if (r) return r;
     if (*count < (unsigned int)n || (pids == NULL && n > 0)) { *count = (unsigned int)n; return NVML_ERROR_INSUFFICIENT_SIZE; }
     if (n && !writable(pids, (size_t)n * sizeof *pids)) return NVML_ERROR_INVALID_ARGUMENT;
     for (int i = 0; i < n; i++) pids[i] = all[i].pid;
@@ -714,11 +715,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned in
 EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid, nvmlAccountingStats_t *stats) {
     DEVICE(0)
     OUT(stats);
-    nvmlReturn_t on = accounting_on(g);
-    if (on) return on;
     struct accounted all[MAX_ACCOUNTED];
-    int n = accounted_of(g, all);
-    if (n < 0) return NVML_ERROR_UNKNOWN;
+    int n;
+    nvmlReturn_t r = accounted_list(g, all, &n);
+    if (r) return r;
     for (int i = 0; i < n; i++) {
         if (all[i].pid == pid) { *stats = all[i].stats; return NVML_SUCCESS; }
     }
