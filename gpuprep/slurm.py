@@ -280,14 +280,22 @@ def state_directory(directory: str = BASELINE_DIR) -> str:
     return directory
 
 
-def record_baseline(job_id: str, xid_count: Optional[int], directory: str = BASELINE_DIR) -> None:
-    """The prolog's note of how many Xid/SXid lines the kernel log held when the job started."""
+def write_state(path: str, text: str) -> None:
+    """One of the hooks' own files, replaced whole. Never written through: a FIFO or device planted where it goes
+    would block the hook until its budget ran out (output.write_atomic writes through to those, for -o /dev/stdout)."""
     from .output import write_atomic
-    path = baseline_path(job_id, state_directory(directory))
     try:
-        write_atomic(path, json.dumps({"xids": xid_count, "at": time.time()}) + "\n")
-    except OSError as exc:      # a full or read-only disk: the epilog then judges every Xid line
+        if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+            raise OSError(0, "not a regular file (a FIFO, device or link): not replaced")
+        write_atomic(path, text, option="state file")
+    except OSError as exc:      # a full or read-only disk
         raise GpuprepError(f"{path}: {exc.strerror or exc}") from None
+
+
+def record_baseline(job_id: str, xid_count: Optional[int], directory: str = BASELINE_DIR) -> None:
+    """The prolog's note of how many Xid/SXid lines the kernel log held when the job started (without it, the
+    epilog judges every Xid line)."""
+    write_state(baseline_path(job_id, state_directory(directory)), json.dumps({"xids": xid_count, "at": time.time()}) + "\n")
 
 
 @dataclass
@@ -377,7 +385,6 @@ def write_job_report(job: str, start: JobStart, directory: str, environ) -> str:
     """The epilog's job report (jobreport.py) from NVML's accounting and the job's `gpuprep watch` document, if one
     was left in `directory` (job-JOB.watch.json), written there as job-JOB.report.json; returns its headline."""
     from . import jobreport
-    from .output import write_atomic
     from .probe.nvml import accounting
     folder = state_directory(directory)
     watch_path = baseline_path(job, folder)[:-len(".json")] + ".watch.json"
@@ -387,7 +394,7 @@ def write_job_report(job: str, start: JobStart, directory: str, environ) -> str:
         watch = None
     report = jobreport.job_report(job, start.at, time.time(), accounting(), allocated_gpus(environ), watch)
     path = watch_path[:-len(".watch.json")] + ".report.json"
-    write_atomic(path, json.dumps(report, indent=2) + "\n")
+    write_state(path, json.dumps(report, indent=2) + "\n")
     return f"{jobreport.headline(report)} ({path})"
 
 

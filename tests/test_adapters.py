@@ -267,6 +267,8 @@ def test_gpupreps_own_trouble_never_fails_a_prolog_or_epilog(tmp_path, trouble):
             continue
         assert done.returncode == 0, (hook, done.stderr)
         assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+        if trouble == "fifo baseline" and hook == "prolog":    # refused at once, not written through until the budget
+            assert "not a regular file" in done.stderr and "budget" not in done.stderr, done.stderr
     if trouble == "symlinked state":
         assert not list((tmp_path / "elsewhere").iterdir())       # nothing written through the link
     if trouble == "fifo baseline":
