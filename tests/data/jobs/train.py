@@ -73,6 +73,9 @@ def main():
             if step >= 8:
                 break
     if ddp:
+        # each rank writes its trace at its own pace: no rank tears gloo down while the other still talks to it (on a
+        # loaded host a rank was aborted, SIGABRT, in the other's teardown)
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
 
