@@ -125,6 +125,9 @@ def job_report(job: str, started_at: Optional[float], ended_at: float, gpus: Opt
             if judged is not None:
                 findings.append(judged)
     findings += causes
+    if not findings and not summaries:      # no GPU of the job was found to judge: never a clean bill
+        findings.append(_not_judged("job", "None of the job's GPUs was found on this node", "Check SLURM_JOB_GPUS "
+                                    "against the node's GPUs (`gpuprep check`)"))
     return {"schema": SCHEMA, "job": job, "started_at": started_at, "ended_at": ended_at,
             "verdict": worst(findings) if findings else "pass", "gpus": summaries,
             "findings": [f.to_dict() for f in findings]}
