@@ -119,9 +119,12 @@ class Gpu:
     fabric_state: Optional[str] = None
     fabric_status: Optional[str] = None
     fabric_bandwidth: Optional[str] = None   # the fabric's health: Full, or Degraded (an NVLink to the switches down)
-    fabric_health: Optional[str] = None      # nvidia-smi -q's Fabric Health Summary: Healthy | Unhealthy
-    # the fabric health mask's conditions that NVML reports TRUE (route recovery in progress, route unhealthy, access
-    # timeout recovery); [] when it reports them all FALSE, None when it cannot say (older drivers, no fabric)
+    # the driver's fabric health summary (nvidia-smi -q's Fabric Health Summary, NVML's fabric info v3): Healthy |
+    # Unhealthy | Limited Capacity
+    fabric_health: Optional[str] = None
+    # the fabric health mask's conditions that hold (route recovery in progress, route unhealthy, access timeout
+    # recovery, "incorrect configuration: ...", global fabric manager disconnected); [] when the mask reports none,
+    # None when it cannot say (older drivers, no fabric)
     fabric_health_flags: Optional[List[str]] = None
     numa_node: Optional[int] = None
     cpu_affinity: Optional[str] = None

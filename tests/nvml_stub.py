@@ -35,6 +35,9 @@ _REASON_BITS = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_c
 _NVLINK_CODE = {1: 1, 2: 2, 3: 4, 4: 6, 5: 7, 6: 8}      # NVLink generation -> NVML's nvlink version number
 _FABRIC_STATE = {"Not Started": 1, "In Progress": 2, "Completed": 3}
 _FABRIC_HEALTH = {"Degraded": 1, "Full": 2}
+_FABRIC_SUMMARY = {"Healthy": pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY,
+                   "Unhealthy": pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY,
+                   "Limited Capacity": pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY}
 # nvml.h: NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY 2, _ROUTE_UNHEALTHY 4, _ACCESS_TIMEOUT_RECOVERY 6
 _FABRIC_FLAG_SHIFTS = (("route recovery in progress", 2), ("route unhealthy", 4), ("access timeout recovery", 6))
 # NVML's error codes by the words nvidia-smi prints for them ("Insufficient Resources")
@@ -44,13 +47,14 @@ ERROR_CODES["Success"] = 0
 
 
 def nvml_include() -> Path:
-    """The directory holding NVIDIA's nvml.h (nvidia-nvml-dev wheel, a test dependency)."""
-    import nvidia.nvml_dev   # noqa: F401  (namespace package from the nvidia-nvml-dev-cu12 wheel)
-    for root in nvidia.nvml_dev.__path__:
+    """The directory holding NVIDIA's nvml.h 13.x (the nvidia-nvml-dev wheel, a test dependency): 13.x declares the
+    fabric info v3 with its health summary, which Blackwell drivers report."""
+    import nvidia.cu13   # noqa: F401  (namespace package from the nvidia-nvml-dev 13.x wheel)
+    for root in nvidia.cu13.__path__:
         header = Path(root) / "include" / "nvml.h"
         if header.is_file():
             return header.parent
-    raise FileNotFoundError("nvml.h not found in the nvidia-nvml-dev wheel")
+    raise FileNotFoundError("nvml.h not found in the nvidia-nvml-dev 13.x wheel")
 
 
 def build(branch: int = 570) -> Path:
@@ -130,7 +134,8 @@ def _gpu_lines(i: int, gpu) -> List[str]:
         health = _FABRIC_HEALTH.get(gpu.fabric_bandwidth or "", 0)
         if gpu.fabric_health_flags is not None:     # nvml.h: each two-bit field 1 TRUE, 2 FALSE
             health |= sum((1 if name in gpu.fabric_health_flags else 2) << shift for name, shift in _FABRIC_FLAG_SHIFTS)
-        lines.append(_line(i, "fabric", f"{_FABRIC_STATE[gpu.fabric_state]} {status} 0 {health}"))
+        summary = _FABRIC_SUMMARY.get(gpu.fabric_health or "", 0)
+        lines.append(_line(i, "fabric", f"{_FABRIC_STATE[gpu.fabric_state]} {status} 0 {health} {summary}"))
     if gpu.cpu_affinity:
         cpus = expand_cpulist(gpu.cpu_affinity)
         words = [0] * (max(cpus) // 64 + 1)

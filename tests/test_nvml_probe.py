@@ -457,3 +457,55 @@ def test_a_hot_gpu_is_judged_by_its_t_limit_margin_where_the_driver_gives_no_abs
     assert verdicts == {"GPU0": "pass", "GPU1": "warn", "GPU2": "fail"}
     assert [g.tlimit_margin_c for g in _gpus(nvml_stub.probe_json(_configure(tmp_path, captured), branch=535))] == \
         [None, None, None]                      # nvmlDeviceGetMarginTemperature is newer than R535: unknown
+
+
+def _fabric_mask(**fields) -> int:
+    """A health mask built from nvml.h's own constants (nvidia-ml-py): field=VALUE_NAME, e.g. route_unhealthy="TRUE"."""
+    mask = 0
+    for field, value in fields.items():
+        name = field.upper()
+        mask |= getattr(nvml_stub.pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_{name}_{value}") << \
+            getattr(nvml_stub.pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_{name}")
+    return mask
+
+
+def test_blackwell_fabric_summary_configuration_and_global_manager_from_fabric_info_v3(tmp_path):
+    """Fabric info v3 (nvml.h 13.x) adds the driver's health summary, and the mask's configuration and global fabric
+    manager fields: an insufficient-NVLinks configuration or an Unhealthy summary fails, Limited Capacity or a
+    disconnected global fabric manager warns, a Healthy summary with every field FALSE passes. A driver that knows
+    only v2 refuses v3, and the probe falls back to the mask without a summary (R550-R565)."""
+    healthy = dict(degraded_bw="FALSE", route_recovery="FALSE", route_unhealthy="FALSE",
+                   access_timeout_recovery="FALSE", incorrect_configuration="NONE", gfm_state="CONNECTED")
+    P = nvml_stub.pynvml
+    gpus = [  # (mask, summary)
+        (_fabric_mask(**healthy), P.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY),
+        (_fabric_mask(**{**healthy, "incorrect_configuration": "INSUFFICIENT_NVLINKS"}),
+         P.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY),
+        (_fabric_mask(**healthy), P.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY),
+        (_fabric_mask(**healthy), P.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY),
+        (_fabric_mask(**{**healthy, "gfm_state": "DISCONNECTED"}), P.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY),
+    ]
+    captured = import_files([corpus(H100)])
+    captured.gpus = captured.gpus[:len(gpus)]
+    for gpu in captured.gpus:
+        gpu.fabric_state, gpu.fabric_status, gpu.fabric_bandwidth, gpu.fabric_health = "Completed", "Success", None, None
+        gpu.fabric_health_flags = None
+    text = nvml_stub.config_for(captured)
+    text = "\n".join(line for line in text.splitlines() if " fabric " not in line) + "\n" + "".join(
+        f"gpu {i} fabric 3 0 7 {mask} {summary}\n" for i, (mask, summary) in enumerate(gpus))
+    config = tmp_path / "nvml.conf"
+    config.write_text(text)
+
+    probed = _gpus(nvml_stub.probe_json(config))
+    assert [g.fabric_health for g in probed] == ["Healthy", "Unhealthy", "Unhealthy", "Limited Capacity", "Healthy"]
+    assert probed[1].fabric_health_flags == ["incorrect configuration: insufficient NVLinks"]
+    assert probed[4].fabric_health_flags == ["global fabric manager disconnected"]
+    assert probed[0].fabric_health_flags == [] and probed[0].fabric_bandwidth == "Full"
+    findings = {f.subject.split()[0]: f for f in evaluate(Snapshot(gpus=probed)) if f.id == "gpu.fabric"}
+    assert {gpu: f.severity for gpu, f in findings.items()} == {
+        "GPU0": "pass", "GPU1": "fail", "GPU2": "fail", "GPU3": "warn", "GPU4": "warn"}
+    assert "insufficient NVLinks" in findings["GPU1"].title and "limited capacity" in findings["GPU3"].title
+
+    older = _gpus(nvml_stub.probe_json(config, branch=550))   # v2 only: the mask, no summary
+    assert [g.fabric_health for g in older] == [None] * len(gpus)
+    assert older[1].fabric_health_flags == ["incorrect configuration: insufficient NVLinks"]

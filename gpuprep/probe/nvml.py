@@ -277,7 +277,8 @@ def _links(gpu: Gpu, nvml: Any, ask: _Asker, h: Any) -> None:
     gpu.pcie_width_current = ask(getattr(nvml, "nvmlDeviceGetCurrPcieLinkWidth", None), h)
     gpu.pcie_width_max = ask(getattr(nvml, "nvmlDeviceGetMaxPcieLinkWidth", None), h)
     gpu.nvlinks = _nvlinks(nvml, ask, h)
-    gpu.fabric_state, gpu.fabric_status, gpu.fabric_bandwidth, gpu.fabric_health_flags = _fabric(nvml, ask, h)
+    (gpu.fabric_state, gpu.fabric_status, gpu.fabric_bandwidth, gpu.fabric_health,
+     gpu.fabric_health_flags) = _fabric(nvml, ask, h)
     gpu.numa_node = ask(getattr(nvml, "nvmlDeviceGetNumaNodeId", None), h)
     affinity = ask(getattr(nvml, "nvmlDeviceGetCpuAffinity", None), h, _CPU_SET_WORDS)
     if affinity is not None:
@@ -298,49 +299,67 @@ def _read_gpu(nvml: Any, ask: _Asker, index: int, h: Any) -> Gpu:
 
 _FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}   # as nvidia-smi -q prints them
 _FABRIC_BANDWIDTH = {1: "Degraded", 2: "Full"}    # NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE / _FALSE
-# nvml.h's other two-bit fields of the health mask (R550+): (its name, its shift); each reads 0 not supported,
-# 1 TRUE, 2 FALSE
-_FABRIC_FLAGS = (("route recovery in progress", "ROUTE_RECOVERY", 2), ("route unhealthy", "ROUTE_UNHEALTHY", 4),
-                 ("access timeout recovery", "ACCESS_TIMEOUT_RECOVERY", 6))
+# nvml.h's other fields of the health mask (R550+; the last two R570+): (shift, width, the condition each value
+# names). 0 is "not supported" in every field; a value not named is a healthy one (FALSE, NONE, CONNECTED).
+_FABRIC_FLAGS = (
+    (2, 0x3, {1: "route recovery in progress"}),
+    (4, 0x3, {1: "route unhealthy"}),
+    (6, 0x3, {1: "access timeout recovery"}),
+    (8, 0xf, {2: "incorrect configuration: wrong system GUID", 3: "incorrect configuration: wrong chassis serial",
+              4: "incorrect configuration: no partition", 5: "incorrect configuration: insufficient NVLinks",
+              6: "incorrect configuration: incompatible GPU firmware", 7: "incorrect configuration: invalid location",
+              8: "incorrect configuration: GPU state invalid"}),
+    (14, 0x3, {2: "global fabric manager disconnected"}),
+)
+# nvmlGpuFabricInfo_v3_t.healthSummary (NVML_GPU_FABRIC_HEALTH_SUMMARY_*), in nvidia-smi -q's words
+_FABRIC_SUMMARY = {1: "Healthy", 2: "Unhealthy", 3: "Limited Capacity"}
 
 
-def fabric_health_flags(mask: int, nvml: Any = None) -> Optional[List[str]]:
-    """The health mask's conditions that are TRUE; None when the mask supports none of them."""
-    values = [(name, (mask >> getattr(nvml, f"NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_{field}", shift)) & 0x3)
-              for name, field, shift in _FABRIC_FLAGS]
+def fabric_health_flags(mask: int) -> Optional[List[str]]:
+    """The health mask's conditions that hold; None when the mask supports none of its fields."""
+    values = [(names, (mask >> shift) & width) for shift, width, names in _FABRIC_FLAGS]
     if all(value == 0 for _, value in values):
         return None
-    return [name for name, value in values if value == 1]
+    return [names[value] for names, value in values if value in names]
+
+
+def _fabric_info(nvml: Any, ask: "_Asker", h: Any):
+    """The newest fabric structure this driver and nvidia-ml-py both know: v3 (health summary), v2 (health mask),
+    else the unversioned one; a driver refuses a version it does not know (ARGUMENT_VERSION_MISMATCH). nvidia-ml-py
+    hands the structure straight to C, so it goes by reference."""
+    import ctypes
+    query_v = getattr(nvml, "nvmlDeviceGetGpuFabricInfoV", None)
+    for struct, version in (("c_nvmlGpuFabricInfo_v3_t", "nvmlGpuFabricInfo_v3"),
+                            ("c_nvmlGpuFabricInfo_v2_t", "nvmlGpuFabricInfo_v2")):
+        if query_v is None or getattr(nvml, struct, None) is None or getattr(nvml, version, None) is None:
+            continue
+        info = getattr(nvml, struct)()
+        info.version = getattr(nvml, version)
+        if ask(query_v, h, ctypes.byref(info), absent=("NVML_ERROR_ARGUMENT_VERSION_MISMATCH",)) is not None:
+            return info
+    plain, query = getattr(nvml, "c_nvmlGpuFabricInfo_t", None), getattr(nvml, "nvmlDeviceGetGpuFabricInfo", None)
+    if plain is None or query is None:
+        return None
+    info = plain()
+    return info if ask(query, h, ctypes.byref(info)) is not None else None
 
 
 def _fabric(nvml: Any, ask: "_Asker", h: Any):
-    """(state, status, bandwidth, health flags) of the GPU's NVLink fabric registration, as nvidia-smi -q's Fabric
-    section words them; Nones where the GPU has no fabric (state 'not supported'). The versioned query (R550+) also
-    gives the health mask: its degraded-bandwidth bits say an NVLink to the switches is down, its route and access
-    timeout bits that routes are unhealthy or recovering; older drivers have only the unversioned one. nvidia-ml-py hands the structure straight to C, so it must go by reference."""
-    import ctypes
-    versioned, query_v = getattr(nvml, "c_nvmlGpuFabricInfo_v2_t", None), getattr(nvml, "nvmlDeviceGetGpuFabricInfoV", None)
-    info = None
-    if versioned is not None and query_v is not None:
-        info = versioned()
-        info.version = getattr(nvml, "nvmlGpuFabricInfo_v2")
-        if ask(query_v, h, ctypes.byref(info), absent=("NVML_ERROR_ARGUMENT_VERSION_MISMATCH",)) is None:
-            info = None
-    if info is None:
-        plain, query = getattr(nvml, "c_nvmlGpuFabricInfo_t", None), getattr(nvml, "nvmlDeviceGetGpuFabricInfo", None)
-        if plain is None or query is None:
-            return None, None, None, None
-        info = plain()
-        if ask(query, h, ctypes.byref(info)) is None:
-            return None, None, None, None
-    if info.state not in _FABRIC_STATES:
-        return None, None, None, None
+    """(state, status, bandwidth, summary, health flags) of the GPU's NVLink fabric registration, as nvidia-smi -q's
+    Fabric section words them; Nones where the GPU has no fabric (state 'not supported'). The health mask's
+    degraded-bandwidth bits say an NVLink to the switches is down, its other fields that routes are unhealthy or
+    recovering, the configuration is wrong or the global fabric manager is gone; the summary (v3) is the driver's
+    own verdict over them."""
+    info = _fabric_info(nvml, ask, h)
+    if info is None or info.state not in _FABRIC_STATES:
+        return None, None, None, None, None
     mask = getattr(info, "healthMask", 0)
-    bandwidth, flags = _FABRIC_BANDWIDTH.get(mask & 0x3), fabric_health_flags(mask, nvml)
+    bandwidth, flags = _FABRIC_BANDWIDTH.get(mask & 0x3), fabric_health_flags(mask)
+    summary = _FABRIC_SUMMARY.get(getattr(info, "healthSummary", 0))
     if info.state != 3:
-        return _FABRIC_STATES[info.state], None, bandwidth, flags
+        return _FABRIC_STATES[info.state], None, bandwidth, summary, flags
     status = "Success" if info.status == 0 else _text(ask(getattr(nvml, "nvmlErrorString", None), info.status))
-    return _FABRIC_STATES[info.state], status, bandwidth, flags
+    return _FABRIC_STATES[info.state], status, bandwidth, summary, flags
 
 
 def _nvlinks(nvml: Any, ask: _Asker, h: Any) -> Optional[List[NvLink]]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from typing import List
 from collections import Counter, OrderedDict
 
 from .. import knowledge as kb
@@ -379,47 +380,70 @@ def pcie_width(snap, ctx):
     return out
 
 
+def _fabric_not_registered(gpu) -> bool:
+    state, status = (gpu.fabric_state or "").lower(), (gpu.fabric_status or "").lower()
+    return bool(status and status != "success") or state in ("in progress", "not started")
+
+
+def _fabric_config_errors(gpu) -> List[str]:
+    return [f for f in gpu.fabric_health_flags or [] if f.startswith("incorrect configuration")]
+
+
+_FM_GUIDE = "NVIDIA Fabric Manager user guide"
+# (does it hold, severity, title, remedy, source): the first that holds decides, worst first
+_FABRIC_VERDICTS = (
+    (lambda g: "route unhealthy" in (g.fabric_health_flags or []), "fail",
+     lambda g: "An NVLink fabric route of this GPU is unhealthy",
+     "Drain; read the fabric manager's log and the kernel's SXid lines, then reset the GPU or reboot; if the route "
+     "stays unhealthy, the NVLink or NVSwitch tray needs service", "NVML fabric health mask (ROUTE_UNHEALTHY); " + _FM_GUIDE),
+    (_fabric_config_errors, "fail",
+     lambda g: "The NVLink fabric rejects this GPU's configuration: " + ", ".join(
+         f.split(": ", 1)[1] for f in _fabric_config_errors(g)),
+     "Drain; insufficient NVLinks or a wrong location/GUID means a cable, tray or compute-tray position problem "
+     "(check `nvidia-smi nvlink -s` and the rack's inventory); no partition means the global fabric manager has not "
+     "assigned one (NMX / `nvidia-smi -q` Partition Assigned); incompatible firmware means updating the GPU firmware "
+     "bundle", "NVML fabric health mask (INCORRECT_CONFIGURATION); " + _FM_GUIDE),
+    (lambda g: (g.fabric_health or "").lower() == "unhealthy", "fail",
+     lambda g: "The GPU's NVLink fabric health is Unhealthy",
+     "Drain; read the Fabric Health fields of `nvidia-smi -q` (route recovery, unhealthy routes, access timeouts, "
+     "configuration) and the fabric manager's log, then reset the GPU or reboot", "nvidia-smi -q Fabric Health; " + _FM_GUIDE),
+    (lambda g: (g.fabric_bandwidth or "").lower() == "degraded", "fail",
+     lambda g: "NVLink fabric bandwidth is degraded (an NVLink to the NVSwitches is down)",
+     "Drain; look for NVLink/SXid errors in the kernel and fabric manager logs, reset the GPU or reboot; if it stays "
+     "degraded, reseat or RMA the baseboard", "NVML fabric health mask (DEGRADED_BW); " + _FM_GUIDE),
+    (_fabric_not_registered, "fail",
+     lambda g: f"Not registered with the NVLink fabric: state {g.fabric_state or '?'}, status {g.fabric_status or '?'}",
+     "Drain; check that nvidia-fabricmanager (NVLSM on Blackwell) runs and matches the driver version "
+     "(`systemctl status nvidia-fabricmanager`, its log), then restart it or reboot", _FM_GUIDE),
+    (lambda g: (g.fabric_health or "").lower() == "limited capacity", "warn",
+     lambda g: "The GPU's NVLink fabric runs at limited capacity",
+     "Jobs run, with less NVLink bandwidth; read the Fabric Health fields of `nvidia-smi -q` and the fabric "
+     "manager's log, and plan a reset or service at the next drain", "nvidia-smi -q Fabric Health Summary; " + _FM_GUIDE),
+    (lambda g: g.fabric_health_flags, "warn",
+     lambda g: f"The NVLink fabric is recovering or unmanaged: {', '.join(g.fabric_health_flags)}",
+     "Check again in a few minutes; if it does not clear, read the fabric manager's log (and the global fabric "
+     "manager's, NMX, on a rack) and drain the node", "NVML fabric health mask (ROUTE_RECOVERY, "
+     "ACCESS_TIMEOUT_RECOVERY, GFM_STATE)"),
+)
+
+
 @rule("gpu.fabric")
 def fabric(snap, ctx):
     """On NVSwitch systems each GPU registers with the NVLink fabric (fabric manager); until it has, CUDA
-    fails with 'system not yet initialized' (error 802) and NCCL cannot use NVLink."""
+    fails with 'system not yet initialized' (error 802) and NCCL cannot use NVLink. Once registered, the driver
+    reports the fabric's health: its summary and the mask's conditions."""
     out = []
     for gpu in all_gpus(snap):
-        state, status, bandwidth = gpu.fabric_state, gpu.fabric_status, gpu.fabric_bandwidth
-        if state is None and status is None:
+        if gpu.fabric_state is None and gpu.fabric_status is None:
             continue
-        flags = gpu.fabric_health_flags or []
-        evidence = {"state": state, "status": status, "bandwidth": bandwidth, "health": gpu.fabric_health,
-                    "health_flags": gpu.fabric_health_flags}
-        if "route unhealthy" in flags:
-            out.append(Finding("gpu.fabric", "fail", gpu_subject(gpu), "An NVLink fabric route of this GPU is unhealthy",
-                               evidence, "Drain; read the fabric manager's log and the kernel's SXid lines, then reset "
-                               "the GPU or reboot; if the route stays unhealthy, the NVLink or NVSwitch tray needs "
-                               "service", "NVML fabric health mask (ROUTE_UNHEALTHY); NVIDIA Fabric Manager user guide"))
-        elif (gpu.fabric_health or "").lower() == "unhealthy":
-            out.append(Finding("gpu.fabric", "fail", gpu_subject(gpu), "The GPU's NVLink fabric health is Unhealthy",
-                               evidence, "Drain; read the Fabric Health fields of `nvidia-smi -q` (route recovery, "
-                               "unhealthy routes, access timeouts, configuration) and the fabric manager's log, then "
-                               "reset the GPU or reboot", "nvidia-smi -q Fabric Health; NVIDIA Fabric Manager user guide"))
-        elif bandwidth and bandwidth.lower() == "degraded":
-            out.append(Finding("gpu.fabric", "fail", gpu_subject(gpu),
-                               "NVLink fabric bandwidth is degraded (an NVLink to the NVSwitches is down)",
-                               evidence, "Drain; look for NVLink/SXid errors in the kernel and fabric manager logs, "
-                               "reset the GPU or reboot; if it stays degraded, reseat or RMA the baseboard",
-                               "NVML fabric health mask (DEGRADED_BW); NVIDIA Fabric Manager user guide"))
-        elif (status and status.lower() != "success") or (state and state.lower() in ("in progress", "not started")):
-            out.append(Finding("gpu.fabric", "fail", gpu_subject(gpu),
-                               f"Not registered with the NVLink fabric: state {state or '?'}, status {status or '?'}",
-                               evidence, "Drain; check that nvidia-fabricmanager (NVLSM on Blackwell) runs and matches "
-                               "the driver version (`systemctl status nvidia-fabricmanager`, its log), then restart "
-                               "it or reboot", "NVIDIA Fabric Manager user guide"))
-        elif flags:
-            out.append(Finding("gpu.fabric", "warn", gpu_subject(gpu),
-                               f"The NVLink fabric is recovering: {', '.join(flags)}", evidence,
-                               "Check again in a few minutes; if it does not clear, read the fabric manager's log and "
-                               "drain the node", "NVML fabric health mask (ROUTE_RECOVERY, ACCESS_TIMEOUT_RECOVERY)"))
-        else:
+        evidence = {"state": gpu.fabric_state, "status": gpu.fabric_status, "bandwidth": gpu.fabric_bandwidth,
+                    "health": gpu.fabric_health, "health_flags": gpu.fabric_health_flags}
+        verdict = next((v for v in _FABRIC_VERDICTS if v[0](gpu)), None)
+        if verdict is None:
             out.append(Finding("gpu.fabric", "pass", gpu_subject(gpu), "Registered with the NVLink fabric", evidence))
+            continue
+        _, severity, title, remedy, source = verdict
+        out.append(Finding("gpu.fabric", severity, gpu_subject(gpu), title(gpu), evidence, remedy, source))
     return out
 
 

@@ -624,15 +624,22 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabri
 }
 #endif
 #if NVML_BRANCH >= 550
+/* "fabric STATE STATUS CLIQUE MASK [SUMMARY]". The caller's struct version says how much of it may be written: v2
+ * ends at healthMask, v3 adds healthSummary (R570 in this model); a version the branch does not know is refused, as
+ * the real library refuses it, and nothing past the caller's struct is touched. */
 EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *info) {
     DEVICE(0)
     OUT(info);
-    if (info->version != nvmlGpuFabricInfo_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    int v3 = info->version == nvmlGpuFabricInfo_v3;
+    if (info->version != nvmlGpuFabricInfo_v2 && !(v3 && NVML_BRANCH >= 570)) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     const char *v = gkey(g, "fabric");
-    unsigned int state, status, clique, health;
-    if (!v || sscanf(v, "%u %u %u %u", &state, &status, &clique, &health) != 4) return NVML_ERROR_NOT_SUPPORTED;
-    info->state = (nvmlGpuFabricState_t)state; info->status = (nvmlReturn_t)status; info->cliqueId = clique;
-    info->healthMask = health;
+    unsigned int state, status, clique, health, summary = 0;
+    int n = v ? sscanf(v, "%u %u %u %u %u", &state, &status, &clique, &health, &summary) : 0;
+    if (n < 4) return NVML_ERROR_NOT_SUPPORTED;
+    nvmlGpuFabricInfo_v2_t *out = (nvmlGpuFabricInfo_v2_t *)info;
+    out->state = (nvmlGpuFabricState_t)state; out->status = (nvmlReturn_t)status; out->cliqueId = clique;
+    out->healthMask = health;
+    if (v3) info->healthSummary = (unsigned char)summary;
     return NVML_SUCCESS;
 }
 #endif
