@@ -152,11 +152,70 @@ def test_a_busy_gpu_whose_sms_never_run_tensor_cores_is_named_from_gpm(tmp_path)
     assert found["used"] == [] and found["no gpm"] == []
 
 
+@needs_pyspy
+@pytest.mark.slow
+def test_a_loop_that_reads_a_metric_with_item_every_step_is_sync_bound_unless_its_gpu_is_busy(tmp_path):
+    """The main thread on the .item() line in most samples: job.host-sync where its GPU idles (40%); on a GPU busy
+    97% the same wait is the steady state of a GPU-bound job and gets no verdict."""
+    job = subprocess.Popen([sys.executable, TRAIN, "sync-bound", str(tmp_path)],
+                           env=dict(os.environ, TRAIN_STEPS="100000"), stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert job.stdout.readline().strip() == "TRAINING"
+        _, _, idle = watched_on_one_gpu(tmp_path, job, f"gpu 0 util 40,20\ngpu 0 procs {job.pid}:2000000000\n", 6)
+        _, _, busy = watched_on_one_gpu(tmp_path, job, f"gpu 0 util 97,60\ngpu 0 procs {job.pid}:2000000000\n", 6)
+    finally:
+        job.kill()
+        job.wait()
+    (rank,) = idle["ranks"]
+    assert rank["main_thread"]["sync"] >= 50, rank["main_thread"]
+    assert warned(idle) == [("job.host-sync", f"pid {job.pid}")], idle["findings"]
+    sync = next(f for f in idle["findings"] if f["id"] == "job.host-sync")
+    assert "busy only 40%" in sync["title"]
+    assert warned(busy) == [], busy["findings"]
+
+
 def test_a_job_ending_mid_watch_ends_the_watch_with_what_was_seen(tmp_path):
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
     done, doc = watched(["--pid", str(job.pid), "--duration", "30"])
     job.wait()
     assert done.returncode == 0 and doc["job_ended"] and doc["seconds"] < 30 and doc["samples"] >= 1
+
+
+# another user's job: it drops to nobody once its interpreter has loaded (nobody may not reach this machine's Python)
+OTHER_USERS_JOB = ("import os, time\nos.setgid(65534); os.setuid(65534)\nend = time.time() + 60\n"
+                   "while time.time() < end:\n    sum(range(10000))\n")
+
+
+@needs_pyspy
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv to make the case")
+def test_another_users_job_without_ptrace_drops_stacks_and_environ_with_one_line_each(tmp_path):
+    """A watch without CAP_SYS_PTRACE (a container without SYS_PTRACE) of a job of another user: py-spy is refused and
+    the job's environment is unreadable. Each signal is dropped with one line saying what it costs; the CPU side is
+    still sampled and the watch ends normally."""
+    no_ptrace = ["setpriv", "--inh-caps=-all", "--bounding-set=-sys_ptrace", "--", sys.executable]
+    job = subprocess.Popen([sys.executable, "-c", OTHER_USERS_JOB])
+    try:
+        time.sleep(1)
+        done = subprocess.run(no_ptrace + ["-m", "gpuprep", "watch", "--json", "--pid", str(job.pid), "--duration", "4"],
+                              capture_output=True, text=True, timeout=120, cwd=str(REPO))
+        # whether this kernel lets such a process read the job's environment (Linux refuses; some sandboxes allow)
+        environ_readable = subprocess.run(no_ptrace + ["-c", f"open('/proc/{job.pid}/environ').read()"],
+                                          capture_output=True).returncode == 0
+    finally:
+        job.kill()
+        job.wait()
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    ptrace = [n for n in doc["notes"] if "py-spy may not read the job" in n]
+    environ = [n for n in doc["notes"] if "environment may not be read" in n]
+    assert len(ptrace) == 1 and "SYS_PTRACE" in ptrace[0], doc["notes"]
+    assert len(environ) == (0 if environ_readable else 1), doc["notes"]
+    (rank,) = doc["ranks"]
+    assert rank["pid"] == job.pid and rank["stack_samples"] == 0
+    assert rank["cpu_pct"] and max(rank["cpu_pct"]) > 20, rank      # the busy loop is still seen from /proc
+    dropped = [f["title"] for f in doc["findings"] if f["id"] == "job.not-judged"]
+    assert sum("py-spy may not read the job" in t for t in dropped) == 1, dropped
 
 
 @pytest.mark.parametrize("args, words", [(["--pid", "999999999"], "no process 999999999"),

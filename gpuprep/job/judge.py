@@ -356,12 +356,19 @@ def _who_pid(rank: WatchRank) -> str:
     return f"rank {rank.rank} (pid {rank.pid})" if rank.rank is not None else f"pid {rank.pid}"
 
 
+def _gpu_busy(rank: WatchRank) -> bool:
+    """The rank's GPU was busy (median utilisation at the busy mark): a main thread that waits then waits for the
+    GPU's work, the steady state of a GPU-bound job, not a cause of idle GPUs."""
+    util = _median(rank.gpu_util_pct)
+    return util is not None and util >= limit("watch_busy_pct")
+
+
 @job_rule("job.dataloader")
 def watch_dataloader(job: Job) -> List[Finding]:
     out = []
     for r in _watched(job):
         util = _median(r.gpu_util_pct)
-        if _stack(r, "dataloader") < limit("watch_stack_pct") or (util is not None and util >= limit("watch_busy_pct")):
+        if _stack(r, "dataloader") < limit("watch_stack_pct") or _gpu_busy(r):
             continue
         evidence = {"main_thread_in_dataloader_pct": _stack(r, "dataloader"), "stack_samples": r.stack_samples,
                     "gpu_util_median_pct": util, "workers": r.workers,
@@ -380,9 +387,15 @@ def watch_dataloader(job: Job) -> List[Finding]:
 @job_rule("job.host-sync")
 def watch_sync(job: Job) -> List[Finding]:
     return [Finding("job.host-sync", "warn", _who_pid(r), f"The main thread blocks on the GPU (.item(), .cpu(), "
-                    f"synchronize) in {_stack(r, 'sync'):.0f}% of samples", {"main_thread_in_sync_pct": _stack(r, "sync")},
+                    f"synchronize) in {_stack(r, 'sync'):.0f}% of samples" + _util_words(r),
+                    {"main_thread_in_sync_pct": _stack(r, "sync"), "gpu_util_median_pct": _median(r.gpu_util_pct)},
                     "Take .item()/.cpu()/synchronize out of the step; read metrics every N steps", source("sync_pct"))
-            for r in _watched(job) if _stack(r, "sync") >= limit("watch_stack_pct")]
+            for r in _watched(job) if _stack(r, "sync") >= limit("watch_stack_pct") and not _gpu_busy(r)]
+
+
+def _util_words(rank: WatchRank) -> str:
+    util = _median(rank.gpu_util_pct)
+    return f" while the GPU is busy only {util:.0f}%" if util is not None else ""
 
 
 def _steady(values: List[float]) -> List[float]:

@@ -38,11 +38,19 @@ class RankProcess:
     ended: bool = False
 
 
-def _environ(proc) -> Dict[str, str]:
+ENVIRON_DENIED = ("the job's environment may not be read (another user's job, or no SYS_PTRACE): ranks are found "
+                  "from NVML's process list, without their RANK and LOCAL_RANK")
+
+
+def _environ(proc, note: Optional[Callable[[str], None]] = None) -> Dict[str, str]:
     import psutil
     try:
         return proc.environ()
-    except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError):
+    except psutil.AccessDenied:
+        if note:
+            note(ENVIRON_DENIED)
+        return {}
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, OSError):
         return {}
 
 
@@ -50,13 +58,14 @@ def _int(text: Optional[str]) -> Optional[int]:
     return int(text) if text is not None and text.isdigit() else None
 
 
-def discover(root_pid: int, gpu_pids: Optional[set] = None) -> List[RankProcess]:
+def discover(root_pid: int, gpu_pids: Optional[set] = None,
+             note: Optional[Callable[[str], None]] = None) -> List[RankProcess]:
     """The job's ranks under (or at) `root_pid`: processes with RANK/LOCAL_RANK in their environment, else those
     running on a GPU, else the root itself. A rank's descendants are its workers, never ranks of their own."""
     import psutil
     root = psutil.Process(root_pid)
     family = [root] + root.children(recursive=True)
-    tagged = [(p, _environ(p)) for p in family]
+    tagged = [(p, _environ(p, note)) for p in family]
     ranks = [(p, env) for p, env in tagged if any(v in env for v in _RANK_VARS)]
     if ranks:   # a DataLoader worker inherits RANK: a rank is one whose parent is no rank
         pids = {p.pid for p, _ in ranks}
@@ -210,7 +219,7 @@ class Watcher:
         samples; a rank that disappears stays, marked ended; the agent found alone first is replaced by its ranks."""
         import psutil
         try:
-            found = discover(self.root_pid, gpu_pids)
+            found = discover(self.root_pid, gpu_pids, self._note)
         except psutil.NoSuchProcess:
             return
         known = {r.pid: r for r in self.ranks}

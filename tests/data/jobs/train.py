@@ -3,6 +3,7 @@
   compute-bound: the same loop with an instant dataset and a heavier model
   ddp: two gloo ranks (torchrun) where rank SLOW_RANK does extra work each step
   hang: two gloo ranks where rank SLOW_RANK stops before its all-reduce (the other waits in it)
+  sync-bound (TRAIN_STEPS only): the data-free loop that reads a metric with .item() every step
 Writes one Chrome trace per rank into OUT_DIR (torch.profiler.tensorboard_trace_handler); with TRAIN_STEPS set it
 trains that many steps instead, unprofiled (what `gpuprep watch` looks at; every rank the same count)."""
 import os
@@ -42,7 +43,11 @@ def main():
     if ddp:
         torch.distributed.init_process_group("gloo")
     torch.manual_seed(0)
-    width = {"data-bound": 64, "compute-bound": 2048}.get(MODE, 512)
+    if MODE == "sync-bound":
+        # one thread: the model's small operators stay cheap beside the metric on a loaded 2-CPU host (two threads
+        # meeting at every operator made the step as slow as the metric)
+        torch.set_num_threads(1)
+    width = {"data-bound": 64, "sync-bound": 64, "compute-bound": 2048}.get(MODE, 512)
     model = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
                                 torch.nn.ReLU(), torch.nn.Linear(width, 8))
     if ddp:
@@ -83,6 +88,8 @@ def watched(model, loader, optimiser, slow, steps):
     """The same loop for `steps` steps, without the profiler; in hang mode the slow rank stops before its
     all-reduce."""
     times = []
+    probe = torch.randn(1000, 1000)
+    print("TRAINING", flush=True)        # imports done: a watcher started now sees the loop, not the start-up
     for step, (x, y) in enumerate(loader):
         if step >= steps:
             break
@@ -95,6 +102,11 @@ def watched(model, loader, optimiser, slow, steps):
             torch.randn(1200, 1200) @ torch.randn(1200, 1200)
         loss.backward()
         optimiser.step()
+        if MODE == "sync-bound":
+            # a metric read every step. On a GPU, .item() is where the host waits for every kernel queued so far; on
+            # the CPU the metric's own work runs on this line, so the main thread spends the step on it the same way
+            metric = (probe @ probe).abs().mean().item()
+            assert metric == metric
         times.append(time.perf_counter() - start)
     times.sort()
     print(f"STEP_MS {1000 * times[len(times) // 2]:.3f}", flush=True)
