@@ -351,8 +351,9 @@ def watch(pid: Optional[int] = None, *, command: Optional[Sequence[str]] = None,
     """Why a running job under-uses its GPUs, sampled from outside it without touching its code: `pid` (a torchrun
     agent, a rank, or any process whose children are the ranks), or `command`, which this starts (with NCCL's log
     and PyTorch's flight recorder on) and waits for. Samples every `interval` s for `seconds` (None: until the job
-    ends or Ctrl-C). `node` (api.snapshot()) joins the node's facts. `on_sample(watcher)` is called per sample;
-    `job_stdout`, where a started job's output goes (None: this process's standard output)."""
+    ends or Ctrl-C). `node` (api.snapshot()) joins the node's facts. `on_sample(facts, findings)` is called per
+    sample with the facts so far (job.facts.WatchFacts) and their findings (the verdict so far); `job_stdout`, where
+    a started job's output goes (None: this process's standard output)."""
     from . import arguments as a
     from .job.run import watch_job
     if (pid is None) == (command is None):
@@ -367,7 +368,8 @@ def watch(pid: Optional[int] = None, *, command: Optional[Sequence[str]] = None,
         raise bad_argument("node", "must be a Snapshot (api.snapshot())")
     from .job.facts import JobFacts
     from .job.judge import Job, judge
-    facts = watch_job(pid, list(command) if command is not None else None, seconds, interval, on_sample, job_stdout)
+    so_far = (lambda facts: on_sample(facts, judge(Job(JobFacts([]), node, facts)))) if on_sample else None
+    facts = watch_job(pid, list(command) if command is not None else None, seconds, interval, so_far, job_stdout)
     return JobResult(facts, judge(Job(JobFacts([]), node, facts)), node)
 
 

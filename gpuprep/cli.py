@@ -352,15 +352,17 @@ def watch(command, pid, duration, interval, node_sources, live_node, fmt, as_jso
     return _verdict_exit(document)
 
 
-def _live_line(watcher) -> None:
-    """One line per sample on a terminal: each rank's GPU utilisation and where its main thread is."""
-    parts = []
-    for rank in watcher.ranks:
-        gpu = rank.gpu_samples[-1] if rank.gpu_samples else {}
-        util = gpu.get("gpu_util_pct")
-        parts.append(f"rank {rank.rank if rank.rank is not None else rank.pid}: GPU {'-' if util is None else util}% "
-                     f"{rank.stacks[-1] if rank.stacks else ''}")
-    click.echo(f"\r[{watcher.samples:4d}] " + " | ".join(parts)[:150], err=True, nl=False)
+def _live_line(facts, findings) -> None:
+    """One line per sample on a terminal: each rank's GPU (utilisation, SM clock, power and memory against their
+    maxima), where its main thread is, and the verdict so far."""
+    def last(values):
+        known = [v for v in values if v is not None]
+        return f"{known[-1]:.0f}%" if known else "-"
+    parts = [f"{f'rank {r.rank}' if r.rank is not None else f'pid {r.pid}'}: GPU {last(r.gpu_util_pct)} SM {last(r.sm_clock_pct)} "
+             f"power {last(r.power_pct)} mem {last(r.memory_pct)} {r.last_stack or ''}".rstrip() for r in facts.ranks]
+    causes = sorted({f"{f.id} ({f.subject})" for f in findings if f.severity in ("warn", "fail")})
+    verdict = "so far: " + (", ".join(causes) if causes else "nothing wrong")
+    click.echo(f"[{facts.samples:4d}] " + " | ".join(parts + [verdict]), err=True)
 
 
 @cli.command()

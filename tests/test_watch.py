@@ -76,6 +76,46 @@ def test_a_data_bound_job_is_named_and_its_exit_code_passes_through(tmp_path):
     assert failing.returncode == 3, failing.stderr
 
 
+def on_a_terminal(argv, env):
+    """(stdout, what was written to the terminal on stderr) of `argv` run with stderr on a pseudo-terminal."""
+    import pty
+    import threading
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, env=env,
+                            cwd=str(REPO), text=True)
+    os.close(slave)
+    seen = []
+
+    def read():
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:        # EIO: every writer closed the terminal
+                return
+            if not chunk:
+                return
+            seen.append(chunk)
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    out, _ = proc.communicate(timeout=240)
+    reader.join(timeout=10)
+    os.close(master)
+    return proc.returncode, out, b"".join(seen).decode(errors="replace")
+
+
+@needs_pyspy
+@pytest.mark.slow
+def test_the_live_view_on_a_terminal_gives_each_ranks_gpu_and_the_verdict_so_far(tmp_path):
+    code, out, terminal = on_a_terminal([sys.executable, "-m", "gpuprep", "watch", "--", sys.executable, TRAIN,
+                                         "data-bound", str(tmp_path)], dict(os.environ, TRAIN_STEPS="150"))
+    live = [line for line in terminal.splitlines() if line.startswith("[")]
+    assert code == 0 and len(live) >= 3, terminal[-2000:]
+    assert all("GPU" in line and "SM" in line and "power" in line and "mem" in line for line in live), live
+    assert "so far: nothing wrong" in live[0] or "job." in live[0]
+    assert any("so far: job.dataloader" in line for line in live), live
+    assert "job.dataloader" in out            # and the final report on stdout
+
+
 @needs_pyspy
 @pytest.mark.slow
 def test_a_healthy_job_on_a_busy_gpu_gets_no_verdict(tmp_path):

@@ -18,7 +18,8 @@ JOB_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "TORCH_NCCL_TR
 
 def watch_job(pid: Optional[int], command: Optional[List[str]], seconds: Optional[float], interval: float,
               on_sample: Optional[Callable] = None, job_stdout=None) -> WatchFacts:
-    """`job_stdout`: where a started job's standard output goes (None: this process's own)."""
+    """`job_stdout`: where a started job's standard output goes (None: this process's own); `on_sample(facts)` is
+    called after each sample with the facts so far."""
     import psutil
     from .watch import Watcher
     job = None
@@ -39,8 +40,9 @@ def watch_job(pid: Optional[int], command: Optional[List[str]], seconds: Optiona
     watcher = Watcher(pid, interval)
     started = time.monotonic()
     finished = (lambda: job.poll() is not None) if job else (lambda: _gone(pid))
+    so_far = (lambda w: on_sample(_facts(w, time.monotonic() - started))) if on_sample else None
     try:
-        watcher.run(seconds, finished, on_sample)
+        watcher.run(seconds, finished, so_far)
     except KeyboardInterrupt:
         pass                 # Ctrl-C: the job (same process group) got it too; report what was seen
     ended = finished() or bool(watcher.ranks) and all(r.ended for r in watcher.ranks)
@@ -51,11 +53,16 @@ def watch_job(pid: Optional[int], command: Optional[List[str]], seconds: Optiona
         except KeyboardInterrupt:
             job.terminate()
             exit_code = job.wait()
-    facts = WatchFacts([watch_rank(r) for r in watcher.ranks], time.monotonic() - started, watcher.samples,
-                       list(watcher.notes), exit_code, _transports(logs) if logs else [], ended)
+    facts = _facts(watcher, time.monotonic() - started, exit_code, _transports(logs) if logs else [], ended)
     if not watcher.ranks:
         facts.notes.append("the job ended before its first sample: nothing was watched")
     return facts
+
+
+def _facts(watcher, seconds: float, exit_code: Optional[int] = None, transports: Optional[List[str]] = None,
+           ended: bool = False) -> WatchFacts:
+    return WatchFacts([watch_rank(r) for r in watcher.ranks], seconds, watcher.samples, list(watcher.notes),
+                      exit_code, transports or [], ended)
 
 
 def _gone(pid: int) -> bool:
