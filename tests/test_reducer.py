@@ -113,3 +113,17 @@ def test_a_probe_that_fails_on_its_host_says_why_as_data_not_in_stderr_words():
     assert (member.status, member.problem) == ("probe-failed", "NVML: the driver's library could not be loaded")
     host.failures[0] = FailedTask(task="Collect snapshot", message="gpuprep-probe: error: not data", stdout="")
     assert _gathered("gpfc-x", host).problem.startswith("probe failed: ")      # stderr words are not trusted
+
+
+def test_the_summary_names_what_was_skipped_on_each_host():
+    """Counts alone ("skipped 12") hid which tasks did not run; the summary names them, and the JSON lists all."""
+    state = replay(EVENTS)
+    skipped = [e["event_data"]["task"] for e in EVENTS if e["event"] == "runner_on_skipped"
+               and e["event_data"]["host"] == "node0"]
+    assert state.hosts["node0"].to_dict()["skipped_tasks"] == skipped
+    table = summary_table(state, "/tmp/artifacts")
+    line = next(line for line in table.splitlines() if line.startswith("  node0: skipped: "))
+    assert all(task in line for task in skipped) and "more" not in line
+    role = reduce(RunState(), {"event": "runner_on_skipped", "event_data": {
+        "host": "n", "task": "Apply the sysctl settings", "role": "system_tuning"}}, 0.0)
+    assert role.hosts["n"].skipped_tasks == ["system_tuning : Apply the sysctl settings"]

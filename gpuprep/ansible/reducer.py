@@ -28,6 +28,7 @@ class HostState:
     finished_at: Optional[float] = None
     failures: List[FailedTask] = field(default_factory=list)
     changed_tasks: List[str] = field(default_factory=list)
+    skipped_tasks: List[str] = field(default_factory=list)  # "role : task", as Ansible names a role's task
     diffs: List[tuple] = field(default_factory=list)        # (task, before_header, before, after)
     unmoved_roles: List[str] = field(default_factory=list)  # ended by the fast re-run: nothing moved
     drift: Dict[str, List[str]] = field(default_factory=dict)  # role -> what moved since its last full run
@@ -48,7 +49,8 @@ class HostState:
     def to_dict(self) -> dict:
         return {"ok": self.ok, "changed": self.changed, "failed": self.failed, "unreachable": self.unreachable,
                 "skipped": self.skipped, "seconds": None if self.seconds is None else round(self.seconds, 1),
-                "changed_tasks": list(self.changed_tasks), "unmoved_roles": list(self.unmoved_roles),
+                "changed_tasks": list(self.changed_tasks), "skipped_tasks": list(self.skipped_tasks),
+                "unmoved_roles": list(self.unmoved_roles),
                 "drift": {role: list(moved) for role, moved in self.drift.items()},
                 "interrupted": self.interrupted_at is not None, "interrupted_at": self.interrupted_at,
                 "failed_tasks": [{"task": f.task, "message": f.message, "unreachable": f.unreachable}
@@ -72,7 +74,8 @@ class RunState:
         """A copy of the host's state, put in place of the original in this (already copied) run state: the
         reducer changes the copy, never a state it was given."""
         old = self.hosts.get(name) or HostState(name=name)
-        new = replace(old, failures=list(old.failures), changed_tasks=list(old.changed_tasks), diffs=list(old.diffs),
+        new = replace(old, failures=list(old.failures), changed_tasks=list(old.changed_tasks),
+                      skipped_tasks=list(old.skipped_tasks), diffs=list(old.diffs),
                       unmoved_roles=list(old.unmoved_roles), drift=dict(old.drift))
         self.hosts[name] = new
         return new
@@ -168,6 +171,8 @@ def _diffs(task: str, result: dict) -> List[tuple]:
 def _skipped(state: RunState, data: dict, event: dict, now: float) -> None:
     host = state._own(data["host"])
     host.skipped += 1
+    task, role = data.get("task") or "?", data.get("role")
+    host.skipped_tasks.append(f"{role} : {task}" if role else task)
     host.finished_at = now
 
 

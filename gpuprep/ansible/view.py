@@ -106,16 +106,18 @@ def _unmoved_lines(state: RunState) -> list:
 CHANGED_SHOWN = 12      # per host; the rest are counted (the JSON document lists them all)
 
 
-def _changed_lines(state: RunState) -> list:
-    """What changed on each host (or would, in a dry run), by task: "role : task", the counts alone said nothing
-    of which files, units and settings moved."""
+def _task_lines(state: RunState) -> list:
+    """What changed on each host (or would, in a dry run), and what was skipped there (a condition was false: not
+    this distribution, no GPU, nothing to do), by task: the counts alone said nothing of which files, units and
+    settings moved or stayed as they were."""
     lines = []
     for name in sorted(state.hosts):
-        tasks = list(dict.fromkeys(state.hosts[name].changed_tasks))
-        shown = "; ".join(tasks[:CHANGED_SHOWN]) + (f"; and {len(tasks) - CHANGED_SHOWN} more" if len(tasks) >
-                                                     CHANGED_SHOWN else "")
-        if tasks:
-            lines.append(f"  {name}: changed: {shown}")
+        for what, tasks in (("changed", state.hosts[name].changed_tasks), ("skipped", state.hosts[name].skipped_tasks)):
+            tasks = list(dict.fromkeys(tasks))
+            shown = "; ".join(tasks[:CHANGED_SHOWN]) + (f"; and {len(tasks) - CHANGED_SHOWN} more (--json lists "
+                                                        "them)" if len(tasks) > CHANGED_SHOWN else "")
+            if tasks:
+                lines.append(f"  {name}: {what}: {shown}")
     return lines
 
 
@@ -134,7 +136,7 @@ def summary_table(state: RunState, artifacts: str) -> str:
         if state.hosts[name].interrupted_at is not None:
             lines.append(f"  {name}: interrupted at '{state.hosts[name].interrupted_at}'")
     lines += _unmoved_lines(state)
-    lines += _changed_lines(state)
+    lines += _task_lines(state)
     for name in sorted(state.hosts):
         for role, moved in state.hosts[name].drift.items():
             lines.append(f"  {name}: {role} ran in full, moved since its last full run: {', '.join(moved)}")
