@@ -259,6 +259,8 @@ class Dcgm:
     tests: Optional[List[DcgmTest]] = None
     health: Optional[str] = None                 # Healthy | Warning | Failure
     incidents: Optional[List[str]] = None
+    health_failed: Optional[str] = None          # `dcgmi health -c` was asked and gave no report: why (no health
+                                                 # watches enabled, no host engine, ...): the health is unknown
     missing: Optional[str] = None                # why DCGM was not asked (dcgmi not installed): information
     failed: Optional[str] = None                 # DCGM was asked and failed: a non-zero exit (226: NVVS error),
                                                  # a hang, an answer that is no report; what it did say is partial

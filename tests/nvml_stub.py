@@ -31,7 +31,8 @@ _ARCH = {"Kepler": 2, "Maxwell": 3, "Pascal": 4, "Volta": 5, "Turing": 6, "Amper
 _COMPUTE_MODE = {"Default": 0, "Exclusive_Thread": 1, "Prohibited": 2, "Exclusive_Process": 3}
 _REASON_BITS = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
                 "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
-                "hw_power_brake_slowdown": 0x80, "display_clocks_setting": 0x100}
+                "hw_power_brake_slowdown": 0x80, "display_clocks_setting": 0x100, "board_limit": 0x200,
+                "reliability": 0x400}
 _NVLINK_CODE = {1: 1, 2: 2, 3: 4, 4: 6, 5: 7, 6: 8}      # NVLink generation -> NVML's nvlink version number
 _FABRIC_STATE = {"Not Started": 1, "In Progress": 2, "Completed": 3}
 _FABRIC_HEALTH = {"Degraded": 1, "Full": 2}

@@ -11,6 +11,7 @@ import pytest
 from conftest import CORPUS, run_cli
 from gpuprep import api
 from gpuprep.parsers import import_files
+from gpuprep.rules import evaluate
 
 FABRIC = CORPUS / "fabric"
 
@@ -111,6 +112,23 @@ def test_check_deep_runs_dcgmi_where_it_is_installed(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     dcgm = probe_dcgm(level=1)
     assert dcgm.level == 1 and len(dcgm.tests) == 16 and dcgm.health == "Healthy" and dcgm.missing is None
+
+
+def test_dcgm_health_with_no_watches_enabled_is_unknown_never_healthy(tmp_path, monkeypatch):
+    """Where no health watch was ever set, `dcgmi health -c` watches nothing: dcgmi prints DCGM's own error (dcgmi
+    Health.cpp CheckWatches; quoted in NVIDIA/DCGM issue 176) on stdout, even with -j, and exits 253
+    (DCGM_ST_GENERIC_ERROR). It was dropped silently, and a clean diag read as a healthy node."""
+    from gpuprep.probe.dcgm import probe_dcgm
+    from gpuprep.snapshot import Snapshot
+    report = FABRIC / "virtualclient-t4-diag-r3-pass.dcgmi-diag.json"
+    _stand_in(tmp_path, "dcgmi", f'case "$1 $2" in "diag -r") cat "{report}";;\n'
+                                 '"health -c") echo "Error: Health watches not enabled. Please enable watches. "; exit 253;;\n'
+                                 '*) echo "unexpected arguments: $*" >&2; exit 254;; esac\n')
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    snap = Snapshot(dcgm=probe_dcgm(level=1))
+    assert snap.dcgm.health is None and "Health watches not enabled" in snap.dcgm.health_failed
+    (finding,) = [f for f in evaluate(snap) if f.id == "dcgm.health"]
+    assert finding.severity == "warn" and "dcgmi health -s a" in finding.remedy
 
 
 def test_a_host_without_dcgm_is_information_never_a_failure(tmp_path, monkeypatch):
@@ -233,7 +251,8 @@ def test_check_deep_reads_dcgm_4s_report(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     snap = Snapshot(dcgm=probe_dcgm(level=1))
     assert (snap.dcgm.version, snap.dcgm.missing) == ("4.2.3", None)
-    assert judged(snap) == [("dcgm.diag", "fail", "DCGM software (GPUs 0)")]
+    # and a health check that answered nothing is unknown, said as such
+    assert judged(snap) == [("dcgm.diag", "fail", "DCGM software (GPUs 0)"), ("dcgm.health", "warn", "host")]
 
 
 def test_dcgm_health_json_incidents_are_read_from_their_wrapped_lines():

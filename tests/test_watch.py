@@ -172,6 +172,29 @@ def test_a_throttled_gpu_and_full_memory_are_named_from_nvml(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_power_cap_throttles_a_job_only_under_a_lowered_power_limit(tmp_path):
+    """An H100 at its default 700 W limit runs GEMM-heavy jobs at the power cap, at a lower clock, by design: no
+    verdict. The same clock under a limit set to 450 W is named, with the limit's remedy; so is a clock held by the
+    board-limit policy (nvml.h 13.x, 0x200)."""
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    base = f"gpu 0 util 97,60\ngpu 0 procs {job.pid}:1000\n"
+    try:           # SM clock 1200 of 1980 MHz, capped by power
+        _, _, default = watched_on_one_gpu(tmp_path, job, base, 4, clock_sm_mhz=1200,
+                                           clock_event_reasons=["sw_power_cap"])
+        _, _, lowered = watched_on_one_gpu(tmp_path, job, base, 4, clock_sm_mhz=1200,
+                                           clock_event_reasons=["sw_power_cap"], power_enforced_limit_w=450.0)
+        _, _, board = watched_on_one_gpu(tmp_path, job, base, 4, clock_sm_mhz=1200, clock_event_reasons=["board_limit"])
+    finally:
+        job.kill()
+        job.wait()
+    assert "job.throttled" not in {i for i, _ in warned(default)}, default["findings"]
+    (capped,) = [f for f in lowered["findings"] if f["id"] == "job.throttled"]
+    assert capped["evidence"]["reasons"] == ["sw_power_cap"] and "below its default" in capped["remedy"]
+    (policy,) = [f for f in board["findings"] if f["id"] == "job.throttled"]
+    assert policy["evidence"]["reasons"] == ["board_limit"] and "system vendor" in policy["remedy"]
+
+
+@pytest.mark.slow
 def test_a_busy_gpu_whose_sms_never_run_tensor_cores_is_named_from_gpm(tmp_path):
     """GPM (Hopper and later): NVML's ANY_TENSOR_UTIL over two samples. A GPU busy 95% with Tensor Cores idle
     gets job.no-tensor-cores; the same GPU with them at 60% does not; a GPU without GPM says nothing of them."""

@@ -78,6 +78,7 @@ class WatchRank:
     memory_pct: List[Optional[float]] = field(default_factory=list)
     pcie_rx_mbps: List[Optional[float]] = field(default_factory=list)
     throttle_reasons: List[List[str]] = field(default_factory=list)
+    power_limit_of_default_pct: List[Optional[float]] = field(default_factory=list)   # enforced limit / default
     tensor_active_pct: List[Optional[float]] = field(default_factory=list)   # GPM (Hopper+): SMs on Tensor Cores
     ended: bool = False
 
@@ -121,4 +122,6 @@ def watch_rank(process) -> WatchRank:
                      memory_pct=[_share(s.get("memory_used_mib"), s.get("memory_total_mib")) for s in g],
                      pcie_rx_mbps=[s.get("pcie_rx_mbps") for s in g],
                      throttle_reasons=[s.get("throttle_reasons") or [] for s in g],
+                     power_limit_of_default_pct=[_share(s.get("power_limit_w"), s.get("power_default_limit_w"))
+                                                 for s in g],
                      tensor_active_pct=[s.get("tensor_active_pct") for s in g], ended=process.ended)

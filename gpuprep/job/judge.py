@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 from ..parsers.values import expand_cpulist
-from ..parsers.nvsmi import THROTTLE_REASONS
+from ..parsers.nvsmi import HOLDING_REASONS, POLICY_REASONS, THROTTLE_REASONS
 from ..rules import Finding, declared, registrar
 from ..snapshot import Gpu, Snapshot
 from .facts import JobFacts, RankFacts, WatchFacts, WatchRank
@@ -502,18 +502,39 @@ def watch_hung(job: Job) -> List[Finding]:
 def watch_throttled(job: Job) -> List[Finding]:
     out = []
     for r in _watched(job):
-        held = [(c, reasons) for c, reasons in zip(r.sm_clock_pct, r.throttle_reasons)
-                if c is not None and c < limit("throttle_clock_pct") and set(reasons) & set(THROTTLE_REASONS)]
+        lowered = [p is not None and p < limit("power_limit_lowered_pct") for p in r.power_limit_of_default_pct]
+        held = [(c, _holding(reasons, low)) for c, reasons, low in
+                zip(r.sm_clock_pct, r.throttle_reasons, lowered + [False] * (len(r.sm_clock_pct) - len(lowered)))]
+        held = [(c, reasons) for c, reasons in held if c is not None and c < limit("throttle_clock_pct") and reasons]
         if not r.sm_clock_pct or len(held) < limit("throttle_share_pct") / 100 * len(r.sm_clock_pct):
             continue
-        named = sorted({x for _, reasons in held for x in reasons if x in THROTTLE_REASONS})
+        named = sorted({x for _, reasons in held for x in reasons})
         out.append(Finding("job.throttled", "warn", _who_pid(r),
                            f"The GPU's SM clock is held down ({_median([c for c, _ in held]):.0f}% of its maximum) "
                            f"in {100 * len(held) / len(r.sm_clock_pct):.0f}% of samples: {', '.join(named)}",
                            {"gpu": r.gpu, "reasons": named, "sm_clock_median_pct": _median(r.sm_clock_pct)},
-                           "Check cooling and power delivery of this GPU (`gpuprep check`: gpu.throttle); HW "
-                           "slowdown that stays is a hardware fault: drain the node", "NVML clock event reasons"))
+                           " ".join(remedy for test, remedy in _THROTTLE_REMEDIES if test(named)),
+                           "NVML clock event reasons"))
     return out
+
+
+def _holding(reasons: List[str], limit_lowered: bool) -> List[str]:
+    """The reasons of one sample that hold a job's clock down. The power cap counts only under a power limit set
+    below the GPU's default: at its default limit a busy GPU (an H100 under a GEMM-heavy job) runs at the cap by
+    design, at a lower clock, and is healthy."""
+    return [x for x in reasons if x in HOLDING_REASONS and (x != "sw_power_cap" or limit_lowered)]
+
+
+# what to do about each kind of reason that held a job's clock down, in the order they are said
+_THROTTLE_REMEDIES = (
+    (lambda named: set(named) & set(THROTTLE_REASONS), "Check cooling and power delivery of this GPU (`gpuprep "
+     "check`: gpu.clock-throttle); HW slowdown that stays is a hardware fault: drain the node."),
+    (lambda named: "sw_power_cap" in named, "The GPU runs at a power limit set below its default (`nvidia-smi -q -d "
+     "POWER`: Current vs Default Power Limit): restore the default (`nvidia-smi -pl`, or `gpuprep apply --tags "
+     "gpu_clocks` with the limit in the inventory)."),
+    (lambda named: set(named) & set(POLICY_REASONS), "NVIDIA's board-limit or reliability policy holds the clock: "
+     "nothing to change on the node; ask the system vendor if it stays."),
+)
 
 
 @job_rule("job.memory-full")

@@ -266,9 +266,11 @@ FIELDS: List[Tuple[str, Callable, List[Path], List[Path]]] = [
 
 # Clock event reasons of hardware or thermal slowdown: a fault to look at when they hold a GPU down
 THROTTLE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
-# ... and with the power cap, the reasons under which a GPU runs below its locked clock by design: the lock
-# still holds, and the clock returns to it when the reason clears
-HOLDING_REASONS = ("sw_power_cap",) + THROTTLE_REASONS
+# NVIDIA's policies that limit clocks (nvml.h 13.x: the board limit, 0x200, and reliability, 0x400): no fault
+POLICY_REASONS = ("board_limit", "reliability")
+# ... and with the power cap and the policies, the reasons under which a GPU runs below its locked clock by design:
+# the lock still holds, and the clock returns to it when the reason clears
+HOLDING_REASONS = ("sw_power_cap",) + THROTTLE_REASONS + POLICY_REASONS
 
 _REASON_NAMES = {
     "idle": "gpu_idle", "gpu_idle": "gpu_idle",

@@ -42,11 +42,15 @@ def probe_dcgm(level: int = 1) -> Dcgm:
     except (ValueError, RecursionError) as exc:
         return Dcgm(failed=f"dcgmi diag's report could not be read ({exc})", level=level)
     result.level, result.failed = level, why
-    health, _ = _dcgmi("health", "-c", "-j", timeout=60)
-    if isinstance(health, dict):
-        try:
-            checked = health_from_json(health)
-            result.health, result.incidents = checked.health, checked.incidents
-        except (ValueError, RecursionError):
-            pass
+    # dcgmi prints "Error: Health watches not enabled" (exit 253) where no watch was ever set: nothing is watched,
+    # and the health is unknown, not fine. gpuprep does not set them: watches live on in nv-hostengine.
+    health, why = _dcgmi("health", "-c", "-j", timeout=60)
+    try:
+        checked = health_from_json(health) if isinstance(health, dict) else None
+    except (ValueError, RecursionError):
+        checked = None
+    if checked is not None and checked.health:
+        result.health, result.incidents = checked.health, checked.incidents
+    else:
+        result.health_failed = why or "dcgmi health answered no Overall Health"
     return result

@@ -31,6 +31,7 @@ _REASON_BITS = [
     (0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
     (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"),
     (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"), (0x100, "display_clocks_setting"),
+    (0x200, "board_limit"), (0x400, "reliability"),
 ]
 _NVLINK_VERSIONS = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
 _CPU_SET_WORDS = 16   # 16 x 64 bits: enough for 1024 logical CPUs
@@ -572,6 +573,7 @@ def _job_reading(nvml: Any, ask: "_Asker", index: int) -> dict:
         "max_sm_clock_mhz": ask(getattr(nvml, "nvmlDeviceGetMaxClockInfo", None), h, nvml.NVML_CLOCK_SM),
         "power_w": _watts(ask(getattr(nvml, "nvmlDeviceGetPowerUsage", None), h)),
         "power_limit_w": _watts(ask(getattr(nvml, "nvmlDeviceGetEnforcedPowerLimit", None), h)),
+        "power_default_limit_w": _watts(ask(getattr(nvml, "nvmlDeviceGetPowerManagementDefaultLimit", None), h)),
         "memory_used_mib": memory.used >> 20 if memory is not None else None,
         "memory_total_mib": memory.total >> 20 if memory is not None else None,
         "pcie_rx_mbps": round(rx / 1000, 1) if rx is not None else None,      # NVML: KB/s

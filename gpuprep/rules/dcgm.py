@@ -68,6 +68,13 @@ _HEALTH = {"failure": "fail", "warning": "warn", "healthy": "pass"}
 @rule("dcgm.health")
 def health(snap, ctx):
     dcgm = snap.dcgm
+    if not dcgm.health and dcgm.health_failed:
+        unwatched = "watches not enabled" in dcgm.health_failed.lower()
+        return [Finding("dcgm.health", "warn", host(snap), "DCGM health watches are not enabled: DCGM watches nothing"
+                        if unwatched else "DCGM's health check gave no report", {"reason": dcgm.health_failed},
+                        "Enable them once: `dcgmi health -s a` (they stay set in nv-hostengine until it restarts; the "
+                        "first check needs 60 s of watching)" if unwatched else "Run `dcgmi health -c` by hand and "
+                        "read its error (is nv-hostengine running? `systemctl status nvidia-dcgm`)", "dcgmi health")]
     if not dcgm.health:
         return []
     severity = _HEALTH.get(dcgm.health.lower(), "warn")

@@ -6,7 +6,7 @@ from typing import List
 from collections import Counter, OrderedDict
 
 from .. import knowledge as kb
-from ..parsers.nvsmi import THROTTLE_REASONS
+from ..parsers.nvsmi import POLICY_REASONS, THROTTLE_REASONS
 from ..snapshot import normalize_bus_id
 from . import Finding, all_gpus, gpu_ref, gpu_subject, host, rule, shell_word
 
@@ -272,6 +272,12 @@ def throttle(snap, ctx):
                                {"active_reasons": reasons, "power_draw_w": gpu.power_draw_w,
                                 "power_limit_w": gpu.power_limit_w},
                                None if idle else "Raise the power limit (`gpuprep apply --tags gpu_clocks -e gpu_clocks_power_limit=...`)"))
+        elif set(reasons) & set(POLICY_REASONS):
+            out.append(Finding("gpu.clock-throttle", "info", gpu_subject(gpu), "Clocks limited by NVIDIA's " +
+                               " and ".join(r.replace("_", " ") for r in reasons if r in POLICY_REASONS) + " policy",
+                               {"active_reasons": reasons}, "A policy of the GPU, not a fault: nothing to change on "
+                               "the node; ask the system vendor if it holds the clocks down under load",
+                               "NVML clocks event reasons (BoardLimit, Reliability)"))
         else:
             out.append(Finding("gpu.clock-throttle", "pass", gpu_subject(gpu), "No clock throttling",
                                {"active_reasons": reasons}))
