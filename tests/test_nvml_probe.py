@@ -509,3 +509,18 @@ def test_blackwell_fabric_summary_configuration_and_global_manager_from_fabric_i
     older = _gpus(nvml_stub.probe_json(config, branch=550))   # v2 only: the mask, no summary
     assert [g.fabric_health for g in older] == [None] * len(gpus)
     assert older[1].fabric_health_flags == ["incorrect configuration: insufficient NVLinks"]
+
+
+def test_check_opens_one_nvml_session(tmp_path):
+    """Without persistence mode every NVML session start initialises every GPU (1-3 s each on a real node): `check`
+    must bring the library up once, however many facts it reads. The stand-in logs each session's start."""
+    import subprocess
+    config = _configure(tmp_path, import_files([corpus(H100)]))
+    sessions = tmp_path / "sessions"
+    env = dict(nvml_stub.stub_env(config), GPUPREP_FAKE_NVML_SESSIONS=str(sessions))
+    done = subprocess.run([sys.executable, "-m", "gpuprep", "check", "--no-docker", "--json"], capture_output=True,
+                          text=True, timeout=180, cwd=str(REPO), env=env)
+    assert done.stdout.startswith("{"), done.stderr[-2000:]
+    assert len(json.loads(done.stdout)["snapshot"]["gpus"]) == 8
+    started = sessions.read_text().splitlines()
+    assert len(started) == 1, f"{len(started)} NVML sessions"

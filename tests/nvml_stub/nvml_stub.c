@@ -205,6 +205,13 @@ EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     if (r != NVML_SUCCESS) return r;
     const char *fail = get(sys_kv, sys_nkv, "init");
     if (fail) return (nvmlReturn_t)atoi(fail);
+    /* a session starts when the library comes up from nothing: what, without persistence mode, initialises every
+     * GPU (1-3 s each on a real node); GPUPREP_FAKE_NVML_SESSIONS names a file that gets a line per session */
+    const char *sessions = getenv("GPUPREP_FAKE_NVML_SESSIONS");
+    if (!initialised && sessions) {
+        FILE *log = fopen(sessions, "a");
+        if (log) { fprintf(log, "%d\n", (int)getpid()); fclose(log); }
+    }
     initialised++;
     return NVML_SUCCESS;
 }
