@@ -1,10 +1,12 @@
 """The GPU acceptance kit (bench/gpu_acceptance.py). Its comparison of the live probe with nvidia-smi -q is tested
 here on every machine, through the real nvidia-ml-py and the C stand-in of libnvidia-ml built from the same
-captures; the tests marked `gpu` run on a machine with NVIDIA GPUs (pytest -m gpu) and skip elsewhere."""
+captures, and against a second reader of a capture's text; the tests marked `gpu` run on a machine with NVIDIA GPUs (pytest -m gpu) and skip elsewhere."""
 import importlib.util
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +29,41 @@ def test_the_probe_agrees_with_nvidia_smi_field_by_field(capture, tmp_path):
     assert done.returncode == 0, done.stderr
     rows = kit.compare(json.loads(done.stdout)["gpus"], [g.__dict__ for g in reported.gpus])
     assert len(rows) >= 10 * len(reported.gpus)
+    assert [r for r in rows if not r["agree"]] == []
+
+
+# `nvidia-smi -q`'s top-level lines of a GPU, read by this test alone (not gpuprep's parser): label -> field
+_RAW_FIELDS = {"Product Name": "name", "GPU UUID": "uuid", "Serial Number": "serial", "VBIOS Version": "vbios_version",
+               "Persistence Mode": "persistence_mode", "Compute Mode": "compute_mode"}
+
+
+def _raw_gpus(text: str) -> list:
+    """Each GPU block's fields straight from the text: a second reader, so that a parser mistake that the stand-in
+    (built through the parser) would carry into the probe is still caught."""
+    gpus = []
+    for line in text.splitlines():
+        header = re.match(r"^GPU ([0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)$", line)
+        if header:
+            gpus.append({"pci_bus_id": header.group(1)})
+            continue
+        field = re.match(r"^    (\S[^:]*?)\s+: (.*)$", line)
+        if gpus and field and field.group(1) in _RAW_FIELDS:
+            value = field.group(2).strip()
+            gpus[-1][_RAW_FIELDS[field.group(1)]] = {"Enabled": True, "Disabled": False}.get(value, value)
+    return gpus
+
+
+def test_the_probe_agrees_with_a_second_reader_of_the_capture(tmp_path):
+    """The probe (through the stand-in) against the capture read by this test's own reader, not the parser the
+    stand-in was built with."""
+    capture = corpus("h100-sxm-x8.nvidia-smi-q.txt")
+    config = tmp_path / "nvml.conf"
+    config.write_text(nvml_stub.config_for(import_files([capture])))
+    done = nvml_stub.run(config, [sys.executable, "-m", "gpuprep", "snapshot", "--no-docker"])
+    assert done.returncode == 0, done.stderr
+    raw = _raw_gpus(Path(capture).read_text())
+    rows = kit.compare(json.loads(done.stdout)["gpus"], raw)
+    assert len(raw) == 8 and len(rows) == 8 * len(_RAW_FIELDS), rows
     assert [r for r in rows if not r["agree"]] == []
 
 
