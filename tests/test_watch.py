@@ -195,6 +195,35 @@ def test_the_power_cap_throttles_a_job_only_under_a_lowered_power_limit(tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("taskset") or len(os.sched_getaffinity(0)) < 2, reason="needs taskset and 2 CPUs")
+def test_a_rank_running_away_from_its_gpus_cpus_is_named_with_the_node_joined(tmp_path):
+    """`watch --node`: the node's GPU (NVML's CPU affinity, through the stand-in) is near CPU 1; the job is bound to
+    CPU 0. The same job beside a GPU near both CPUs gets no verdict."""
+    job = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c",
+                            "import time\nend = time.time() + 90\nwhile time.time() < end:\n    sum(range(10000))\n"])
+
+    def watch(affinity):
+        snap = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
+        snap.gpus = snap.gpus[:1]
+        config = tmp_path / "nvml.conf"
+        config.write_text(f"gpu 0 affinity {affinity}\ngpu 0 numa 1\ngpu 0 procs {job.pid}:1000\n"
+                          f"gpu 0 util 30,10\n" + nvml_stub.config_for(snap))
+        done = nvml_stub.run(config, [sys.executable, "-m", "gpuprep", "watch", "--json", "--node", "--pid",
+                                      str(job.pid), "--duration", "5"], timeout=300)
+        assert done.stdout.startswith("{"), done.stderr[-2000:]
+        return json.loads(done.stdout)
+    try:
+        away, near = watch("2"), watch("3")        # CPU 1 alone; CPUs 0 and 1
+    finally:
+        job.kill()
+        job.wait()
+    (placed,) = [f for f in away["findings"] if f["id"] == "job.numa-placement"]
+    assert placed["evidence"]["near_cpus"] == "1" and placed["evidence"]["allowed_cpus"] == "0", placed
+    assert "none of them near its GPU" in placed["title"] and "gpuprep launch" in placed["remedy"]
+    assert "job.numa-placement" not in {f["id"] for f in near["findings"]}, near["findings"]
+
+
+@pytest.mark.slow
 def test_a_busy_gpu_whose_sms_never_run_tensor_cores_is_named_from_gpm(tmp_path):
     """GPM (Hopper and later): NVML's ANY_TENSOR_UTIL over two samples. A GPU busy 95% with Tensor Cores idle
     gets job.no-tensor-cores; the same GPU with them at 60% does not; a GPU without GPM says nothing of them."""

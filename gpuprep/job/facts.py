@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from ..parsers.values import compress_cpulist
+
 
 @dataclass
 class RankFacts:
@@ -79,6 +81,8 @@ class WatchRank:
     pcie_rx_mbps: List[Optional[float]] = field(default_factory=list)
     throttle_reasons: List[List[str]] = field(default_factory=list)
     power_limit_of_default_pct: List[Optional[float]] = field(default_factory=list)   # enforced limit / default
+    allowed_cpus: Optional[str] = None                # the CPUs the rank may run on (cpulist)
+    ran_on_cpus: List[List[int]] = field(default_factory=list)   # per sample: the CPUs the rank and workers were on
     tensor_active_pct: List[Optional[float]] = field(default_factory=list)   # GPM (Hopper+): SMs on Tensor Cores
     ended: bool = False
 
@@ -124,4 +128,6 @@ def watch_rank(process) -> WatchRank:
                      throttle_reasons=[s.get("throttle_reasons") or [] for s in g],
                      power_limit_of_default_pct=[_share(s.get("power_limit_w"), s.get("power_default_limit_w"))
                                                  for s in g],
+                     allowed_cpus=compress_cpulist(process.allowed_cpus) if process.allowed_cpus else None,
+                     ran_on_cpus=process.ran_on,
                      tensor_active_pct=[s.get("tensor_active_pct") for s in g], ended=process.ended)

@@ -8,7 +8,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
-from ..parsers.values import expand_cpulist
+from ..parsers.values import compress_cpulist, expand_cpulist
 from ..parsers.nvsmi import HOLDING_REASONS, POLICY_REASONS, THROTTLE_REASONS
 from ..rules import Finding, declared, registrar
 from ..snapshot import Gpu, Snapshot
@@ -535,6 +535,48 @@ _THROTTLE_REMEDIES = (
     (lambda named: set(named) & set(POLICY_REASONS), "NVIDIA's board-limit or reliability policy holds the clock: "
      "nothing to change on the node; ask the system vendor if it stays."),
 )
+
+
+def _near_cpus(job: Job, uuid: Optional[str]):
+    """(the node's GPU with this UUID, the CPUs near it: NVML's CPU affinity, else topo -m's CPU Affinity column),
+    or (None, None) without node facts or where the node's CPUs are all near every GPU (one NUMA node)."""
+    gpu = next((g for g in (job.node.gpus if job.node else None) or [] if uuid and g.uuid == uuid), None)
+    if gpu is None:
+        return None, None
+    topo = job.node.topology
+    text = gpu.cpu_affinity or (topo.cpu_affinity.get(f"GPU{gpu.index}") if topo else None)
+    near = set(expand_cpulist(text)) if text else set()
+    every = {c for n in job.node.numa_nodes or [] for c in expand_cpulist(n.cpulist)}
+    return (gpu, near) if near and (not every or near < every) else (None, None)
+
+
+@job_rule("job.numa-placement")
+def watch_numa(job: Job) -> List[Finding]:
+    """A rank (or its DataLoader workers) runs on CPUs of another NUMA node than its GPU's: every host-to-device
+    copy and every kernel launch crosses the socket link."""
+    out = []
+    for r in _watched(job):
+        gpu, near = _near_cpus(job, r.gpu)
+        seen = [cpus for cpus in r.ran_on_cpus if cpus]
+        if not near or len(seen) < limit("numa_samples"):
+            continue
+        far = [cpus for cpus in seen if set(cpus) - near]
+        if len(far) < limit("numa_far_share_pct") / 100 * len(seen):
+            continue
+        allowed = set(expand_cpulist(r.allowed_cpus)) if r.allowed_cpus else None
+        bound_away = allowed is not None and not allowed & near
+        evidence = {"gpu": gpu.index, "gpu_numa_node": gpu.numa_node, "near_cpus": compress_cpulist(sorted(near)),
+                    "allowed_cpus": r.allowed_cpus, "samples_off_node_pct": round(100 * len(far) / len(seen)),
+                    "cpus_seen": compress_cpulist(sorted({c for cpus in far for c in cpus}))}
+        out.append(Finding("job.numa-placement", "warn", _who_pid(r),
+                           f"The rank and its workers run away from GPU{gpu.index}'s CPUs "
+                           f"({evidence['near_cpus']}) in {evidence['samples_off_node_pct']}% of samples" +
+                           (f"; it is bound to CPUs {r.allowed_cpus}, none of them near its GPU" if bound_away else ""),
+                           evidence, "Bind each rank to the CPUs of its GPU's NUMA node: `gpuprep plan` then "
+                           "`torchrun ... --no-python gpuprep launch --plan plan.json -- python train.py`, or Slurm's "
+                           "--cpu-bind / numactl --cpunodebind; DataLoader workers inherit the rank's binding",
+                           "NVML CPU affinity of the GPU; /proc CPU of the rank and its workers"))
+    return out
 
 
 @job_rule("job.memory-full")

@@ -35,6 +35,8 @@ class RankProcess:
     cpu_seconds: List[float] = field(default_factory=list)     # the rank's cumulative CPU time at each sample
     gpu_samples: List[dict] = field(default_factory=list)
     gpu_uuid: Optional[str] = None
+    allowed_cpus: Optional[List[int]] = None    # the CPUs the rank may run on (its affinity: a binding, a cpuset)
+    ran_on: List[List[int]] = field(default_factory=list)   # per sample: the CPUs the rank and its workers were on
     ended: bool = False
 
 
@@ -205,6 +207,7 @@ class Watcher:
                 rank.ended = True
                 continue
             self._cpu(rank, proc, workers, now)
+            self._placement(rank, proc, workers)
             kind = self.stacks.sample(rank.pid)
             if kind:
                 rank.stacks.append(kind)
@@ -244,6 +247,24 @@ class Watcher:
                 rank.worker_cpu_pct.append(round(100 * max(0.0, theirs - last[2]) / elapsed / len(workers), 1))
         rank.workers = max(rank.workers, len(workers))
         self._last[rank.pid] = (now, own or 0.0, theirs)
+
+    @staticmethod
+    def _placement(rank: RankProcess, proc, workers) -> None:
+        """Where the rank and its workers run now (the CPU each last ran on), and where the rank may run."""
+        import psutil
+        if rank.allowed_cpus is None:
+            try:
+                rank.allowed_cpus = sorted(proc.cpu_affinity())
+            except (psutil.Error, OSError, AttributeError):
+                pass
+        on = []
+        for p in [proc] + list(workers):
+            try:
+                on.append(p.cpu_num())
+            except (psutil.Error, OSError, AttributeError):
+                continue
+        if on:
+            rank.ran_on.append(sorted(set(on)))
 
     @staticmethod
     def _gpu_of(rank: RankProcess, gpus: List[dict]) -> Optional[dict]:
