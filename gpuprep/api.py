@@ -264,11 +264,14 @@ def burnin_ranks(ranks: Optional[int], backend: str = "auto"):
 
 def burnin(seconds: float = 60.0, *, ranks: Optional[int] = None, backend: str = "auto", nnodes: int = 1,
            node_rank: int = 0, master: Optional[str] = None, rdzv_timeout: float = 60.0,
-           inventory: Optional[str] = None, connection=None, on_start=None, on_progress=None) -> BurninResult:
+           inventory: Optional[str] = None, connection=None, on_start=None, on_progress=None,
+           baseline: Optional[str] = None) -> BurninResult:
     """Train a small DDP model on every rank for `seconds` (torchrun), sweep all-reduce bandwidth, check GPU
     memory, and judge the ranks together. With `inventory`, on every host of it (the first is the rendezvous);
     with `nnodes` > 1, this host is node `node_rank` of a run whose rendezvous is `master` (HOST:PORT).
-    `on_start(backend, ranks_per_node)` is called once the run is about to start on this host."""
+    `on_start(backend, ranks_per_node)` is called once the run is about to start on this host. `baseline`: a
+    passing burn-in report of this node (`burnin --json -o`) whose all-reduce sweep this run is held to (read before
+    the run: a bad one is BadInput naming the file and field)."""
     from . import arguments as a
     from .burnin import torch_problem
     from .burnin.torchrun import launch
@@ -279,6 +282,7 @@ def burnin(seconds: float = 60.0, *, ranks: Optional[int] = None, backend: str =
     a.whole("nnodes", nnodes, minimum=1), a.whole("node_rank", node_rank, minimum=0)
     a.seconds("rdzv_timeout", rdzv_timeout)
     a.text("master", master), a.text("inventory", inventory)
+    known_good = burnin_baseline(a.text("baseline", baseline)) if baseline else None
     if node_rank >= nnodes:
         raise bad_argument("node_rank", lambda name: f"{node_rank} must be below {name('nnodes')} {nnodes}")
     if nnodes > 1 and not master:
@@ -303,7 +307,28 @@ def burnin(seconds: float = 60.0, *, ranks: Optional[int] = None, backend: str =
             on_start(chosen, per_node)
         run = launch(seconds, per_node, chosen, nnodes=nnodes, node_rank=node_rank, master=master,
                      rdzv_timeout=rdzv_timeout, on_progress=on_progress)
-    return BurninResult(run, judge(run), chosen, seconds)
+    return BurninResult(run, judge(run, known_good), chosen, seconds)
+
+
+def burnin_baseline(path: str):
+    """The known-good run a burn-in report at `path` gives (burnin.report_schema.Baseline); BadInput naming the file
+    and the field otherwise. A FIFO or device is refused, never waited on; a report past the size limit is not read
+    in part."""
+    import json
+    from .burnin.report_schema import baseline_from
+    import os
+    from .slurm import REPORT_LIMIT, read_regular
+    try:
+        data = read_regular(os.path.realpath(path), REPORT_LIMIT + 1)
+        if len(data) > REPORT_LIMIT:
+            raise ValueError(f"larger than {REPORT_LIMIT >> 20} MiB: not a burn-in report")
+        document = json.loads(data)
+    except (OSError, ValueError, RecursionError) as exc:
+        raise BadInput(f"{path}: {str(getattr(exc, 'strerror', None) or exc)[:160]}") from None
+    try:
+        return baseline_from(document, path)
+    except ValueError as exc:
+        raise BadInput(f"{path}: {exc}") from None
 
 
 @dataclass

@@ -565,9 +565,13 @@ def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verb
                                                             "inside a Slurm allocation its node count).")
 @click.option("--node-rank", type=click.IntRange(0, 4095), help="This node's rank (default 0, or Slurm's SLURM_NODEID).")
 @click.option("--rdzv-timeout", type=click.FloatRange(5, 3600), default=60, show_default=True, help="Seconds to wait for every node.")
+@click.option("--baseline", metavar="REPORT", help="A passing burn-in report of this node (--json -o): warn when "
+                                                   "all-reduce busbw drops over 5% below it (PCIe and NVL boxes "
+                                                   "have no published figure).")
 @_format_options
 @_connection_options
-def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_timeout, fmt, as_json, output):
+def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_timeout, baseline, fmt, as_json,
+           output):
     """Short torchrun DDP burn-in: every rank trains, all-reduce bandwidth sweep, memory check, straggler named."""
     from . import api
     from .burnin import parse_duration
@@ -590,7 +594,7 @@ def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_
         result = api.burnin(seconds, ranks=None if nproc == "auto" else int(nproc), backend=backend, nnodes=nnodes,
                             node_rank=node_rank, master=master, rdzv_timeout=rdzv_timeout, inventory=inventory,
                             connection=_connection() if inventory else None, on_start=started,
-                            on_progress=on_progress)
+                            on_progress=on_progress, baseline=baseline)
     document = result.document()
     _emit(document, fmt, output)
     return _verdict_exit(document)

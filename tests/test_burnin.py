@@ -30,6 +30,16 @@ def test_two_rank_cpu_burnin_passes_with_numbers(tmp_path):
         for row in sweep:   # nccl-tests' definition for all-reduce on 2 ranks: busbw = algbw * 2(n-1)/n = algbw
             assert row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * 2 * (2 - 1) / 2)
     assert_burnin_formats(doc)
+    # the same node held to its own baseline: this report with every busbw ten times higher (a faster past)
+    faster = dict(doc, ranks=[dict(r, allreduce=[dict(p, busbw_gbs=10 * p["busbw_gbs"]) for p in r["allreduce"]])
+                              for r in doc["ranks"]])
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(faster))
+    again = run_cli("burnin", "--backend", "gloo", "--duration", "6s", "--baseline", str(baseline), "--json",
+                    timeout=120)
+    (held,) = [f for f in json.loads(again.stdout)["findings"] if f["subject"] == "run (baseline)"]
+    assert held["severity"] == "warn" and "below this node's baseline" in held["title"], held
+    assert held["evidence"]["bytes"] == 16 << 20 and held["evidence"]["baseline_file"] == str(baseline)
 
 
 def assert_burnin_formats(doc):

@@ -3,6 +3,9 @@ writes them, with GPU readings in the shape gpuprep's NVML sampler returns (the 
 through nvidia-ml-py and the C stand-in of libnvidia-ml in test_nvml_probe.py)."""
 import json
 
+import pytest
+
+from conftest import run_cli
 from gpuprep.burnin import RunResult
 from gpuprep.burnin.judge import judge
 
@@ -237,3 +240,46 @@ def test_b200_and_a_two_node_a100_run_are_judged_against_their_own_figures():
     assert run("NVIDIA A100-SXM4-80GB", 16, 150.0) == [("warn", 188.0)]
     assert run("NVIDIA A100-SXM4-80GB", 8, 230.0) == [("pass", 228.0)]
     assert run("NVIDIA B200", 4, 300.0) == []          # no public figure for four B200: no verdict, never a pass
+
+
+def test_a_run_is_held_to_its_nodes_baseline_at_the_largest_size_both_swept():
+    """PCIe and NVL boxes have no published busbw: their own known-good run is the figure (SuperBench's 5%)."""
+    from gpuprep.burnin.report_schema import baseline_from
+    ranks = [dict(gpu_rank(i, 0.0), allreduce=[{"bytes": 1 << 20, "busbw_gbs": 20.0}, {"bytes": 1 << 30,
+                                                                                       "busbw_gbs": 40.0}])
+             for i in range(8)]
+    known = {"schema": "gpuprep.burnin/1", "verdict": "pass", "ranks": [
+        dict(r, allreduce=[{"bytes": 1 << 20, "busbw_gbs": 21.0}, {"bytes": 1 << 30, "busbw_gbs": 44.0}])
+        for r in ranks]}
+    held = [f for f in judge(run_of(ranks), baseline_from(known, "base.json")) if f.subject == "run (baseline)"]
+    assert [(f.severity, f.evidence["bytes"]) for f in held] == [("warn", 1 << 30)]        # 40 vs 44: 9% below
+    known["ranks"][0]["allreduce"][1]["busbw_gbs"] = 41.0
+    held = [f for f in judge(run_of(ranks), baseline_from(known, "base.json")) if f.subject == "run (baseline)"]
+    assert [f.severity for f in held] == ["pass"]
+    other = dict(known, ranks=[dict(r, world_size=4) for r in known["ranks"][:4]])
+    held = [f for f in judge(run_of(ranks), baseline_from(other, "base.json")) if f.subject == "run (baseline)"]
+    assert [f.severity for f in held] == ["info"] and "not compared" in held[0].title
+
+
+@pytest.mark.parametrize("content, words", [
+    ("{}", "not a gpuprep burn-in report"),
+    ('{"schema": "gpuprep.burnin/1", "verdict": "fail", "ranks": []}', "verdict: the baseline burn-in did not pass"),
+    ('{"schema": "gpuprep.burnin/1", "verdict": "pass", "ranks": [{"rank": "zero"}]}', "ranks[0]"),
+    ('{"schema": "gpuprep.burnin/1", "verdict": "pass", "ranks": []}', "no all-reduce sweep"),
+    ("[1, 2", "base.json"),
+])
+def test_a_bad_baseline_is_one_line_naming_the_file_before_any_rank_starts(tmp_path, content, words):
+    path = tmp_path / "base.json"
+    path.write_text(content)
+    done = run_cli("burnin", "--backend", "gloo", "--duration", "5s", "--baseline", str(path))
+    assert done.returncode == 2 and words in done.stderr and str(path) in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_a_fifo_given_as_baseline_is_refused_at_once(tmp_path):
+    import os
+    fifo = tmp_path / "base.json"
+    os.mkfifo(fifo)
+    done = run_cli("burnin", "--backend", "gloo", "--duration", "5s", "--baseline", str(fifo), timeout=30)
+    assert done.returncode == 2 and "not a regular file" in done.stderr, done.stderr
+

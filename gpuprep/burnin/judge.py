@@ -4,18 +4,21 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from dataclasses import dataclass
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 from ..parsers.nvsmi import THROTTLE_REASONS
 from ..rules import Finding, declared, registrar
 from . import RunResult
-from .report_schema import EccSample, MemoryCheck, Rank, RankGpu, typed
+from .report_schema import Baseline, EccSample, MemoryCheck, Rank, RankGpu, typed
 
 STRAGGLER_MARGIN = 0.25     # a rank whose compute step is 25% slower than the others' median
 # a CPU (gloo) rank's step is a few milliseconds shared with every other process on the host: its median moves by
 # more than 25% with the machine's load, so only a rank three times slower than the others is named, as a warning
 CPU_STRAGGLER_MARGIN = 2.0
 BANDWIDTH_FLOOR = 0.8       # warn below 80% of the expected bus bandwidth for the GPU model
+# warn more than 5% below this node's own known-good run at the same message size (SuperBench flags a node whose
+# all-reduce busbw drops over 5% below its baseline): the verdict for boxes no published figure covers (PCIe, NVL)
+BASELINE_DROP = 0.05
 LOAD_POWER_SHARE = 0.7     # a GEMM load sized to the GPU runs at (or is capped near) its power limit
 
 
@@ -30,20 +33,21 @@ class Ranks:
     run: RunResult
     complete: List[Rank]
     missing: List[int]
+    baseline: Optional[Baseline] = None
 
 
 BURNIN_RULES: List[Callable[[Ranks], List[Finding]]] = []
 burnin_rule = registrar(BURNIN_RULES)     # in the order their findings are reported
 
 
-def judge(run: RunResult) -> List[Finding]:
+def judge(run: RunResult, baseline: Optional[Baseline] = None) -> List[Finding]:
     if run.setup_errors:
         # the run never had a fair start: naming a rank or the rendezvous would send the operator to the wrong place
         return [Finding("burnin.setup", "fail", "run", "The burn-in could not be set up: " + "; ".join(run.setup_errors),
                         {"errors": run.setup_errors, "log": run.log_tail[-5:]},
                         "Fix the named setup problem and run the burn-in again; no GPU was judged")]
     expected = run.expected_ranks if run.expected_ranks is not None else range(run.world_size)
-    ranks = Ranks(run, *_typed_ranks(run, expected))
+    ranks = Ranks(run, *_typed_ranks(run, expected), baseline=baseline)
     findings = [f for fn in BURNIN_RULES for f in declared(fn, fn(ranks))]
     if ranks.complete and not any(f.severity == "fail" for f in findings):
         findings.append(_passed(ranks.complete))
@@ -182,7 +186,38 @@ def new_xids(ranks: Ranks) -> List[Finding]:
 
 @burnin_rule("burnin.bandwidth")
 def bandwidth(ranks: Ranks) -> List[Finding]:
-    return _bandwidth(ranks.complete)
+    return _bandwidth(ranks.complete) + _against_baseline(ranks.complete, ranks.baseline)
+
+
+def _against_baseline(complete: List[Rank], baseline: Optional[Baseline]) -> List[Finding]:
+    """The sweep against the node's own known-good run, at the largest message size both swept."""
+    if baseline is None or not complete or not complete[0].allreduce:
+        return []
+    first = complete[0]
+    if (first.world_size, first.backend, first.gpu_name) != (baseline.world_size, baseline.backend, baseline.gpu_name):
+        return [Finding("burnin.bandwidth", "info", "run (baseline)", "The baseline is another kind of run: not "
+                        "compared", {"this_run": [first.world_size, first.backend, first.gpu_name],
+                                     "baseline": [baseline.world_size, baseline.backend, baseline.gpu_name],
+                                     "baseline_file": baseline.source},
+                        "Give a baseline of the same node, backend and number of ranks")]
+    theirs = {row.bytes: row.busbw_gbs for row in baseline.sweep}
+    common = [row for row in first.allreduce if row.bytes in theirs and theirs[row.bytes] > 0]
+    if not common:
+        return [Finding("burnin.bandwidth", "info", "run (baseline)", "The baseline swept other message sizes: not "
+                        "compared", {"baseline_file": baseline.source})]
+    row = max(common, key=lambda r: r.bytes)
+    expected = theirs[row.bytes]
+    evidence = {"busbw_gbs": round(row.busbw_gbs, 2), "baseline_gbs": round(expected, 2), "bytes": row.bytes,
+                "baseline_file": baseline.source, "baseline_at": baseline.generated_at}
+    if row.busbw_gbs < (1 - BASELINE_DROP) * expected:
+        return [Finding("burnin.bandwidth", "warn", "run (baseline)",
+                        f"All-reduce busbw {row.busbw_gbs:.1f} GB/s at {row.bytes >> 20} MiB is "
+                        f"{1 - row.busbw_gbs / expected:.0%} below this node's baseline {expected:.1f} GB/s", evidence,
+                        "Compare with the baseline's run: NVLink/PCIe link state and width (`gpuprep check`), ACS and "
+                        "IOMMU settings, NCCL_* overrides, other jobs on the node", "SuperBench: busbw over 5% below "
+                        "the node's baseline")]
+    return [Finding("burnin.bandwidth", "pass", "run (baseline)", f"All-reduce busbw {row.busbw_gbs:.1f} GB/s at "
+                    f"{row.bytes >> 20} MiB holds this node's baseline ({expected:.1f} GB/s)", evidence)]
 
 
 @burnin_rule("burnin.memory")

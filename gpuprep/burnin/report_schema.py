@@ -90,3 +90,30 @@ def checked_ranks(report: Any) -> List[dict]:
     for i, rank in enumerate(ranks):
         typed(rank, f"ranks[{i}]")
     return ranks
+
+
+@dataclass
+class Baseline:
+    """A known-good burn-in of this node (`burnin --json -o`), the all-reduce sweep later runs are held to."""
+    source: str
+    gpu_name: Optional[str]
+    world_size: int
+    backend: Optional[str]
+    sweep: List[SweepRow]
+    generated_at: Optional[str] = None
+
+
+def baseline_from(report: Any, source: str) -> Baseline:
+    """The baseline a passing burn-in report gives; ValueError names the first bad field, or says why the report
+    cannot be one (it did not pass, or it has no all-reduce sweep)."""
+    ranks = [typed(rank, f"ranks[{i}]") for i, rank in enumerate(checked_ranks(report))]
+    if report.get("verdict") != "pass":
+        raise ValueError(f"verdict: the baseline burn-in did not pass ({str(report.get('verdict'))[:20]})")
+    swept = sorted((r for r in ranks if r.allreduce), key=lambda r: r.rank)
+    if not swept:
+        raise ValueError("ranks[].allreduce: the baseline has no all-reduce sweep (a one-rank run?)")
+    first = swept[0]
+    stamp = report.get("generated_at")
+    return Baseline(source, first.gpu_name, first.world_size, first.backend, list(first.allreduce),
+                    stamp if isinstance(stamp, str) else None)
+
