@@ -4,6 +4,7 @@ data/job-thresholds.csv. No I/O: the same rules judge traces (diagnose) and samp
 from __future__ import annotations
 
 import functools
+import itertools
 import statistics
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
@@ -502,9 +503,10 @@ def watch_hung(job: Job) -> List[Finding]:
 def watch_throttled(job: Job) -> List[Finding]:
     out = []
     for r in _watched(job):
+        # a sample without the limit's reading counts as at the default: the power cap alone never names it
         lowered = [p is not None and p < limit("power_limit_lowered_pct") for p in r.power_limit_of_default_pct]
-        held = [(c, _holding(reasons, low)) for c, reasons, low in
-                zip(r.sm_clock_pct, r.throttle_reasons, lowered + [False] * (len(r.sm_clock_pct) - len(lowered)))]
+        samples = itertools.zip_longest(r.sm_clock_pct, r.throttle_reasons, lowered, fillvalue=None)
+        held = [(c, _holding(reasons or [], bool(low))) for c, reasons, low in samples]
         held = [(c, reasons) for c, reasons in held if c is not None and c < limit("throttle_clock_pct") and reasons]
         if not r.sm_clock_pct or len(held) < limit("throttle_share_pct") / 100 * len(r.sm_clock_pct):
             continue
