@@ -358,8 +358,10 @@ def _live_line(facts, findings) -> None:
     def last(values):
         known = [v for v in values if v is not None]
         return f"{known[-1]:.0f}%" if known else "-"
-    parts = [f"{f'rank {r.rank}' if r.rank is not None else f'pid {r.pid}'}: GPU {last(r.gpu_util_pct)} SM {last(r.sm_clock_pct)} "
-             f"power {last(r.power_pct)} mem {last(r.memory_pct)} {r.last_stack or ''}".rstrip() for r in facts.ranks]
+    def who(rank):
+        return f"rank {rank.rank}" if rank.rank is not None else f"pid {rank.pid}"
+    parts = [f"{who(r)}: GPU {last(r.gpu_util_pct)} SM {last(r.sm_clock_pct)} power {last(r.power_pct)} "
+             f"mem {last(r.memory_pct)} {r.last_stack or ''}".rstrip() for r in facts.ranks]
     causes = sorted({f"{f.id} ({f.subject})" for f in findings if f.severity in ("warn", "fail")})
     verdict = "so far: " + (", ".join(causes) if causes else "nothing wrong")
     click.echo(f"[{facts.samples:4d}] " + " | ".join(parts + [verdict]), err=True)
