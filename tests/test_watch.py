@@ -76,6 +76,26 @@ def test_a_data_bound_job_is_named_and_its_exit_code_passes_through(tmp_path):
     assert failing.returncode == 3, failing.stderr
 
 
+@needs_pyspy
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, kind, words", [("workers-waiting", "waiting", "cache the data set locally"),
+                                               ("workers-computing", "computing", "CPU-bound")])
+def test_a_data_bound_job_with_workers_says_whether_they_wait_or_compute(tmp_path, mode, kind, words):
+    """Two DataLoader workers too slow for the step: asleep between samples (a slow read) or on a CPU all the time
+    (a costly decode). Their state tells which, whatever the host's load; the fix differs."""
+    job = subprocess.Popen([sys.executable, TRAIN, mode, str(tmp_path)], env=dict(os.environ, TRAIN_STEPS="100000"),
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert job.stdout.readline().strip() == "TRAINING"        # watched from the loop on, not the imports
+        done, doc = watched(["--pid", str(job.pid), "--duration", "6"])
+    finally:
+        kill_tree(job)
+    (rank,) = doc["ranks"]
+    assert rank["workers"] == 2, rank
+    (finding,) = [f for f in doc["findings"] if f["id"] == "job.dataloader"]
+    assert finding["evidence"]["workers_are"] == kind and words in finding["remedy"], finding
+
+
 def on_a_terminal(argv, env):
     """(stdout, what was written to the terminal on stderr) of `argv` run with stderr on a pseudo-terminal."""
     import pty

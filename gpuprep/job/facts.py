@@ -74,6 +74,8 @@ class WatchRank:
     cpu_seconds: List[float] = field(default_factory=list)
     workers: int = 0
     worker_cpu_pct: List[float] = field(default_factory=list)
+    worker_running_pct: List[float] = field(default_factory=list)     # per sample: workers on or waiting for a CPU
+    worker_disk_wait_pct: List[float] = field(default_factory=list)   # per sample: workers waiting on a disk (D)
     gpu_util_pct: List[Optional[float]] = field(default_factory=list)
     sm_clock_pct: List[Optional[float]] = field(default_factory=list)
     power_pct: List[Optional[float]] = field(default_factory=list)
@@ -120,6 +122,8 @@ def watch_rank(process) -> WatchRank:
                      stack_samples=len(process.stacks), last_stack=process.stacks[-1] if process.stacks else None,
                      cpu_pct=process.cpu_pct, cpu_seconds=process.cpu_seconds,
                      workers=process.workers, worker_cpu_pct=process.worker_cpu_pct,
+                     worker_running_pct=process.worker_running_pct,
+                     worker_disk_wait_pct=process.worker_disk_wait_pct,
                      gpu_util_pct=[s.get("gpu_util_pct") for s in g],
                      sm_clock_pct=[_share(s.get("sm_clock_mhz"), s.get("max_sm_clock_mhz")) for s in g],
                      power_pct=[_share(s.get("power_w"), s.get("power_limit_w")) for s in g],

@@ -371,18 +371,45 @@ def watch_dataloader(job: Job) -> List[Finding]:
         util = _median(r.gpu_util_pct)
         if _stack(r, "dataloader") < limit("watch_stack_pct") or _gpu_busy(r):
             continue
+        kind, words, remedy = _workers(r)
         evidence = {"main_thread_in_dataloader_pct": _stack(r, "dataloader"), "stack_samples": r.stack_samples,
-                    "gpu_util_median_pct": util, "workers": r.workers,
-                    "worker_cpu_median_pct": _median(r.worker_cpu_pct)}
+                    "gpu_util_median_pct": util, "workers": r.workers, "workers_are": kind,
+                    "worker_cpu_median_pct": _median(r.worker_cpu_pct),
+                    "workers_running_median_pct": _median(r.worker_running_pct),
+                    "workers_on_disk_median_pct": _median(r.worker_disk_wait_pct)}
         out.append(Finding("job.dataloader", "warn", _who_pid(r),
                            f"The input pipeline starves the training step: the main thread waits on the DataLoader "
                            f"in {_stack(r, 'dataloader'):.0f}% of samples" +
-                           (f" while the GPU is busy {util:.0f}%" if util is not None else "") +
-                           (f"; {r.workers} worker(s)" if r.workers else "; no worker processes (num_workers=0)"),
-                           evidence, "Raise DataLoader(num_workers=...) toward the CPUs near the GPU, pin_memory=True "
-                           "with non_blocking=True, persistent_workers=True, prefetch_factor; make __getitem__ cheaper",
+                           (f" while the GPU is busy {util:.0f}%" if util is not None else "") + "; " + words,
+                           evidence, remedy + "; pin_memory=True with non_blocking=True, persistent_workers=True",
                            source("dataloader_pct")))
     return out
+
+
+def _workers(rank: WatchRank):
+    """(what the DataLoader workers are doing, in a word and in words, and what to do about it), from the state of
+    the workers in each sample: on a CPU (R) they compute, in D they wait on a disk, asleep they wait on something
+    else (a network read, a lock, the queue to the main process)."""
+    running, on_disk = _median(rank.worker_running_pct), _median(rank.worker_disk_wait_pct)
+    n = rank.workers
+    if not n:
+        return ("none", "no worker processes (num_workers=0)",
+                "Raise DataLoader(num_workers=...) toward the CPUs near the GPU, with prefetch_factor")
+    if on_disk is not None and on_disk >= limit("workers_disk_pct"):
+        return ("on-disk", f"its {n} worker(s) wait on the disk in {on_disk:.0f}% of samples",
+                "The storage is the bottleneck: stage the data set on local NVMe, read larger sequential shards "
+                "(WebDataset, or fewer larger files), and raise prefetch_factor")
+    if running is not None and running >= limit("workers_running_pct"):
+        return ("computing", f"its {n} worker(s) compute all the time ({running:.0f}% of them on a CPU)",
+                "The workers are CPU-bound: add workers while the CPUs near the GPU have room, or make each sample "
+                "cheaper (decode and augment on the GPU: NVIDIA DALI, torchvision.io.decode_jpeg(device='cuda'))")
+    if running is not None:
+        return ("waiting", f"its {n} worker(s) mostly wait ({running:.0f}% of them on a CPU): each sample waits on "
+                "something slow (a network or object-store read, a lock)",
+                "More workers and a larger prefetch_factor hide the latency; read in larger batches from remote "
+                "storage, or cache the data set locally")
+    return ("unknown", f"{n} worker(s)", "Raise DataLoader(num_workers=...) toward the CPUs near the GPU, with "
+            "prefetch_factor; make __getitem__ cheaper")
 
 
 @job_rule("job.host-sync")

@@ -31,6 +31,10 @@ class RankProcess:
     stacks: List[str] = field(default_factory=list)
     cpu_pct: List[float] = field(default_factory=list)
     worker_cpu_pct: List[float] = field(default_factory=list)
+    # per sample, the share of the workers running or waiting for a CPU (R), and of those waiting on a disk (D): a
+    # process's state does not depend on how busy the host is, its CPU time does
+    worker_running_pct: List[float] = field(default_factory=list)
+    worker_disk_wait_pct: List[float] = field(default_factory=list)
     workers: int = 0
     cpu_seconds: List[float] = field(default_factory=list)     # the rank's cumulative CPU time at each sample
     gpu_samples: List[dict] = field(default_factory=list)
@@ -160,6 +164,14 @@ def _source_line(path: str, line: Optional[int]) -> Optional[str]:
     return None
 
 
+def _state(proc) -> Optional[str]:
+    """psutil's word for the process's state now (running, sleeping, disk-sleep, ...); None when it is gone."""
+    try:
+        return proc.status()
+    except Exception:      # noqa: BLE001 (gone, or not ours)
+        return None
+
+
 def _cpu_times(proc) -> Optional[float]:
     try:
         times = proc.cpu_times()
@@ -247,6 +259,11 @@ class Watcher:
                 rank.worker_cpu_pct.append(round(100 * max(0.0, theirs - last[2]) / elapsed / len(workers), 1))
         rank.workers = max(rank.workers, len(workers))
         self._last[rank.pid] = (now, own or 0.0, theirs)
+        states = [_state(w) for w in workers]
+        states = [state for state in states if state is not None]
+        if states:
+            rank.worker_running_pct.append(round(100 * states.count("running") / len(states), 1))
+            rank.worker_disk_wait_pct.append(round(100 * states.count("disk-sleep") / len(states), 1))
 
     @staticmethod
     def _placement(rank: RankProcess, proc, workers) -> None:

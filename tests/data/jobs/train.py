@@ -4,6 +4,8 @@
   ddp: two gloo ranks (torchrun) where rank SLOW_RANK does extra work each step
   hang: two gloo ranks where rank SLOW_RANK stops before its all-reduce (the other waits in it)
   sync-bound (TRAIN_STEPS only): the data-free loop that reads a metric with .item() every step
+  workers-waiting, workers-computing (TRAIN_STEPS only): two DataLoader workers whose samples are slow, each
+    waiting (a remote read) or computing (a costly decode)
 Writes one Chrome trace per rank into OUT_DIR (torch.profiler.tensorboard_trace_handler); with TRAIN_STEPS set it
 trains that many steps instead, unprofiled (what `gpuprep watch` looks at; every rank the same count)."""
 import os
@@ -31,6 +33,15 @@ class Samples(torch.utils.data.Dataset):
         return self.x[i % 256], self.y[i % 256]
 
 
+class Decoded(Samples):
+    """Each sample costs its worker CPU time (a decode) instead of a wait."""
+    def __getitem__(self, i):
+        end = time.process_time() + self.delay
+        while time.process_time() < end:
+            pass
+        return self.x[i % 256], self.y[i % 256]
+
+
 class Batches(Samples):
     """Whole batches ready in memory (DataLoader(batch_size=None)): the loader costs next to nothing."""
     def __getitem__(self, i):
@@ -43,11 +54,12 @@ def main():
     if ddp:
         torch.distributed.init_process_group("gloo")
     torch.manual_seed(0)
-    if MODE == "sync-bound":
-        # one thread: the model's small operators stay cheap beside the metric on a loaded 2-CPU host (two threads
-        # meeting at every operator made the step as slow as the metric)
+    if MODE in ("sync-bound", "workers-waiting", "workers-computing"):
+        # one thread: the model's small operators stay cheap beside the metric or the loader on a loaded 2-CPU host
+        # (two threads meeting at every operator made the step as slow as what it waits for)
         torch.set_num_threads(1)
-    width = {"data-bound": 64, "sync-bound": 64, "compute-bound": 2048}.get(MODE, 512)
+    width = {"data-bound": 64, "sync-bound": 64, "workers-waiting": 64, "workers-computing": 64,
+             "compute-bound": 2048}.get(MODE, 512)
     model = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
                                 torch.nn.ReLU(), torch.nn.Linear(width, 8))
     if ddp:
@@ -55,6 +67,9 @@ def main():
     delay = 0.005 if MODE == "data-bound" else 0.0
     if MODE == "compute-bound":
         loader = torch.utils.data.DataLoader(Batches(0.0), batch_size=None, num_workers=0)
+    elif MODE in ("workers-waiting", "workers-computing"):
+        dataset = Samples(0.02) if MODE == "workers-waiting" else Decoded(0.02)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=16, num_workers=2)
     else:
         loader = torch.utils.data.DataLoader(Samples(delay), batch_size=16, num_workers=0)
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01)
