@@ -53,10 +53,12 @@ def log_lines(found: Sequence[Finding]) -> List[str]:
     return [_printable(f"{f.id} {f.severity} {f.subject}: {f.title} [action: {f.action}]") for f in found]
 
 
-def npd(found: Sequence[Finding]) -> Tuple[int, str]:
+def npd(found: Sequence[Finding], unjudged: Sequence[str] = (), require_gpu: bool = False) -> Tuple[int, str]:
     """node-problem-detector's custom-plugin contract: exit 0 healthy, 1 a problem (anything else is unknown),
     and a message NPD cuts at 80 characters, so it starts with the check id and subject."""
     if not found:
+        if unjudged:        # nothing wrong seen, but a whole side unseen: never "healthy"; a GPU node's problem
+            return int(require_gpu), ("gpuprep: not judged: " + _printable("; ".join(unjudged)))[:NPD_MESSAGE_LIMIT]
         return 0, "gpuprep: healthy"
     return 1, (headline(found) + f" [{found[0].action}]: " + _printable(found[0].title))[:NPD_MESSAGE_LIMIT]
 
@@ -74,7 +76,8 @@ def _plugin_text(text: str) -> str:
     return _printable(text).replace("|", "/")
 
 
-def nagios(findings: Sequence[Finding], found: Sequence[Finding]) -> Tuple[int, str]:
+def nagios(findings: Sequence[Finding], found: Sequence[Finding], unjudged: Sequence[str] = (),
+           require_gpu: bool = False) -> Tuple[int, str]:
     """The Nagios/Icinga plugin convention (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN): CRITICAL when a failing
     finding is acted on, WARNING when a warning is found (a Nagios user expects to hear of it even where the
     profile drains on failures only), UNKNOWN when nothing was judged; the counts as performance data."""
@@ -83,13 +86,16 @@ def nagios(findings: Sequence[Finding], found: Sequence[Finding]) -> Tuple[int, 
     if any(f.severity == "fail" for f in found):
         return NAGIOS["critical"], f"GPUPREP CRITICAL - {_plugin_text(headline(found))}: " \
                                    f"{_plugin_text(found[0].title)} | {perf}"
+    if require_gpu and unjudged:
+        return NAGIOS["critical"], f"GPUPREP CRITICAL - not judged: {_plugin_text('; '.join(unjudged))} | {perf}"
     warned = [f for f in findings if f.severity == "warn"]
     if warned:
         return NAGIOS["warning"], f"GPUPREP WARNING - {_plugin_text(headline(warned))}: " \
                                   f"{_plugin_text(warned[0].title)} | {perf}"
     if not counts["pass"] and not counts["fail"]:
         return nagios_unknown(f"nothing was judged ({counts['info']} informational findings) | {perf}")
-    return NAGIOS["ok"], f"GPUPREP OK - {counts['pass']} checks passed | {perf}"
+    unseen = f"; not judged: {_plugin_text('; '.join(unjudged))}" if unjudged else ""
+    return NAGIOS["ok"], f"GPUPREP OK - {counts['pass']} checks passed{unseen} | {perf}"
 
 
 def nagios_unknown(message: str) -> Tuple[int, str]:

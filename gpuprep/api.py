@@ -29,8 +29,9 @@ class CheckResult:
 
     @property
     def verdict(self) -> str:
-        """fail, warn, info or pass: the worst finding kept; info when nothing was judged (never pass)."""
-        return worst(self.findings) if self.findings else "info"
+        """fail, warn, info or pass: the worst finding kept; info when nothing, or a whole side, was not judged."""
+        from .rules import check_verdict
+        return check_verdict(self.findings, self.snapshot)
 
     @property
     def failed(self) -> List[Finding]:
@@ -109,7 +110,13 @@ def _baseline_snapshot(baseline: Union[Snapshot, str, None]) -> Optional[Snapsho
         raise bad_argument("baseline", f"{str(baseline)[:200]}: for one host, a Snapshot or a snapshot file "
                                        "(gpuprep snapshot -o FILE)")
     from .parsers import import_files
-    return import_files([baseline])
+    from .rules.drift import FACTS
+    snap = import_files([baseline])
+    if all(fact.value(snap) is None for fact in FACTS):
+        # nothing to compare with would read as "nothing changed"
+        raise bad_argument("baseline", f"{baseline[:200]}: holds none of the facts drift compares (driver, GPUs, "
+                                       "CUDA, NICs...): give a snapshot of a known-good node (gpuprep snapshot -o FILE)")
+    return snap
 
 
 def plan(facts: Optional[Snapshot] = None, *, sources: Sequence[str] = (), ranks: Optional[int] = None,
@@ -468,28 +475,34 @@ def check_fleet(members=None, *, inventory: Optional[str] = None, limit: Optiona
 
 # --- what a scheduler or a monitor runs on the node ---------------------------------------------------------
 
-def _judged(sources: Sequence[str], profile_name: Optional[str], skip: Sequence[str], only: Sequence[str]):
+def _judged(sources: Sequence[str], profile_name: Optional[str], skip: Sequence[str], only: Sequence[str],
+            require_gpu: bool = False):
     """(the check's result, the findings its profile says to act on) for this host or the captures given."""
     from . import adapters
-    result = check(sources, profile_name=profile_name, docker=False, skip=skip, only=only, allow_mixed=True)
+    result = check(sources, profile_name=profile_name, docker=False, skip=skip, only=only, allow_mixed=True,
+                   require_gpu=require_gpu)
     return result, adapters.problems(result.findings, result.settings)
 
 
 def npd(sources: Sequence[str] = (), *, profile_name: Optional[str] = None, skip: Sequence[str] = (),
-        only: Sequence[str] = ()):
+        only: Sequence[str] = (), require_gpu: bool = False):
     """node-problem-detector's custom plugin protocol: (exit code 0 healthy or 1 a problem, one line of at most 80
-    characters). What cannot be judged raises; adapters.npd_unknown words it as the plugin's unknown (2)."""
+    characters). What cannot be judged raises; adapters.npd_unknown words it as the plugin's unknown (2).
+    `require_gpu`: a host whose GPUs could not be judged is a problem (GPU nodes), else it is said, never "healthy"."""
     from . import adapters
-    return adapters.npd(_judged(sources, profile_name, skip, only)[1])
+    from .rules import not_judged
+    result, found = _judged(sources, profile_name, skip, only, require_gpu)
+    return adapters.npd(found, not_judged(result.snapshot), require_gpu)
 
 
 def nagios(sources: Sequence[str] = (), *, profile_name: Optional[str] = None, skip: Sequence[str] = (),
-           only: Sequence[str] = ()):
+           only: Sequence[str] = (), require_gpu: bool = False):
     """The Nagios/Icinga plugin protocol: (0 OK, 1 WARNING or 2 CRITICAL, one status line with performance data).
     What cannot be judged raises; adapters.nagios_unknown words it as UNKNOWN (3)."""
     from . import adapters
-    result, found = _judged(sources, profile_name, skip, only)
-    return adapters.nagios(result.findings, found)
+    from .rules import not_judged
+    result, found = _judged(sources, profile_name, skip, only, require_gpu)
+    return adapters.nagios(result.findings, found, not_judged(result.snapshot), require_gpu)
 
 
 def slurm_hook(hook: str, *, sources: Sequence[str] = (), profile_name: Optional[str] = None,
@@ -544,7 +557,7 @@ def nccl_env(sources: Sequence[str] = (), *, root: Optional[str] = None, default
     if default_interface:
         facts["default_interface"] = default_interface
     if snap is not None:
-        gpu_count = len(snap.gpus or [])
+        gpu_count = len(snap.gpus) if snap.gpus else None      # a capture without GPU facts: unknown, not 0
     else:
         from .burnin import detect_gpus
         gpu_count = detect_gpus()

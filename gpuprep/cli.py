@@ -379,13 +379,14 @@ def compat(driver, cuda, cudnn, torch_version, gpu, cc, as_json):
     """Will this driver / CUDA / cuDNN / PyTorch / GPU combination work? No host needed."""
     from . import api
     findings = api.compat(driver, cuda=cuda, cudnn=cudnn, torch=torch_version, gpu=gpu, cc=cc)
+    from .report import compat_document, to_json
+    document = compat_document(findings)
     if as_json:
-        from .report import compat_document, to_json
-        click.echo(to_json(compat_document(findings)))
+        click.echo(to_json(document))
     else:
         from .report.terminal import Writer, render_findings
         out = Writer(sys.stdout.isatty())
-        render_findings(findings, out, verbose=True)
+        render_findings(findings, out, verbose=True, verdict=document["verdict"])
         click.echo(out.text(), nl=False)
     return EXIT_FAILED if any(f.severity == "fail" for f in findings) else EXIT_OK
 

@@ -102,6 +102,16 @@ def first_cuda_for(cc: str) -> Optional[Dict[str, str]]:
     return next((r for r in _rows("gpu-arch-cuda.csv") if r["compute_capability"] == cc), None)
 
 
+def last_branch_for(cc: str) -> Optional[Dict[str, str]]:
+    """The last driver branch that supports compute capability `cc` (data/arch-eol.csv), or None (ongoing)."""
+    return next((r for r in _rows("arch-eol.csv") if r["compute_capability"] == cc), None)
+
+
+def newest_known_branch() -> int:
+    """The newest driver branch gpuprep's CUDA table knows (its newest toolkit's driver)."""
+    return max(int(r.toolkit_driver.split(".")[0]) for r in cuda_releases() if r.toolkit_driver[:1].isdigit())
+
+
 @functools.lru_cache(maxsize=None)
 def expected_busbw() -> List[Dict[str, str]]:
     return _rows("busbw.csv")

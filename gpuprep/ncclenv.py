@@ -12,10 +12,24 @@ from .snapshot import Snapshot
 
 
 def facts_from_snapshot(snap: Snapshot) -> dict:
-    return {"default_interface": None,
-            "physical_cores": snap.system.cores or snap.system.threads,
-            "rdma_devices": [{"name": d.name, "link_layer": d.link_layer, "state": d.state}
-                             for d in snap.rdma_devices or []]}
+    """What the captures say, unknown where they are silent. Threads per rank are the plan's (`gpuprep plan`), so
+    both commands give the same number for the same files."""
+    return {"default_interface": None, "physical_cores": snap.system.cores,
+            "threads_per_rank": _plan_threads(snap),
+            "rdma_devices": None if snap.rdma_devices is None else
+            [{"name": d.name, "link_layer": d.link_layer, "state": d.state} for d in snap.rdma_devices]}
+
+
+def _plan_threads(snap: Snapshot) -> Optional[int]:
+    from .plan import make_plan
+    if not snap.gpus:
+        return None
+    try:
+        ranks = make_plan(snap).ranks
+    except BadInput:
+        return None
+    cores = [r.physical_cores for r in ranks if r.physical_cores]
+    return min(cores) if cores and len(cores) == len(ranks) else None
 
 
 def environment(facts: dict, gpu_count: int, socket_ifname: Optional[str] = None,

@@ -51,7 +51,11 @@ def _parser(prog: str = "gpuprep-probe") -> argparse.ArgumentParser:
     for name, text in (("npd", "node-problem-detector custom plugin: exit 0 healthy, 1 a problem, 2 unknown; one "
                                "line of at most 80 characters"),
                        ("nagios", "Nagios/Icinga plugin: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; one status line")):
-        _judging(commands.add_parser(name, help=text, description=text))
+        monitor = commands.add_parser(name, help=text, description=text)
+        _judging(monitor)
+        monitor.add_argument("--require-gpu", action="store_true",
+                             help="a host where no GPU could be judged (no driver, NVML down, no GPU) is a problem, "
+                                  "not healthy: for GPU nodes")
     return parser
 
 
@@ -126,12 +130,12 @@ def _judging_arguments(args) -> dict:
 
 def _npd(args):
     from . import api
-    return api.npd(**_judging_arguments(args))
+    return api.npd(**_judging_arguments(args), require_gpu=args.require_gpu)
 
 
 def _nagios(args):
     from . import api
-    return api.nagios(**_judging_arguments(args))
+    return api.nagios(**_judging_arguments(args), require_gpu=args.require_gpu)
 
 
 # command -> (judge and word it, exit code and line for what could not be judged): a monitor reads the line on

@@ -401,6 +401,9 @@ class Snapshot:
     fabric_manager: FabricManager = field(default_factory=FabricManager)
     dcgm: Dcgm = field(default_factory=Dcgm)
     imex: Imex = field(default_factory=Imex)
+    # how each capture cut short was cut ("smi.txt: the nvidia-smi table ends inside its last GPU's rows"): what it
+    # shows is judged (a failure seen is a failure), and the rest is not known
+    incomplete: Optional[List[str]] = None
 
     # -- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -584,6 +587,8 @@ def merge(base: Snapshot, extra: Snapshot) -> Snapshot:
     out.sources = base.sources + [s for s in extra.sources if s not in base.sources]
     out.gpus = _merge_gpus(base.gpus, extra.gpus)
     out.rdma_devices = _merge_ports(base.rdma_devices, extra.rdma_devices)
+    if base.incomplete or extra.incomplete:
+        out.incomplete = (base.incomplete or []) + (extra.incomplete or [])
     if base.xids is not None or extra.xids is not None:
         # the same kernel-log line given twice (two overlapping pastes) is one event
         out.xids = list({dataclasses.astuple(x): x for x in (base.xids or []) + (extra.xids or [])}.values())
@@ -608,12 +613,18 @@ def _merge_ports(base: Optional[List[RdmaDevice]], extra: Optional[List[RdmaDevi
 
 
 def mixed_hosts(base: Snapshot, extra: Snapshot) -> Optional[str]:
-    """Why two partial snapshots cannot be one host's (None when they can): different host names or driver
-    versions, or one bus id with two GPU UUIDs."""
+    """Why two partial snapshots cannot be one host's (None when they can): different host names, driver
+    versions, GPU counts or GPU bus ids, or one bus id with two GPU UUIDs."""
     for what, a, b in (("host names", base.system.hostname, extra.system.hostname),
                        ("driver versions", base.software.driver_version, extra.software.driver_version)):
         if a and b and a != b:
             return f"different {what} ({a}, {b})"
+    counts = gpu_count(base), gpu_count(extra)
+    if None not in counts and counts[0] != counts[1]:
+        return f"different GPU counts ({counts[0]}, {counts[1]})"
+    buses = [{normalize_bus_id(g.pci_bus_id) for g in snap.gpus or [] if g.pci_bus_id} for snap in (base, extra)]
+    if all(buses) and buses[0] != buses[1]:
+        return f"different GPU bus ids ({', '.join(sorted(buses[0] ^ buses[1])[:4])} in one only)"
     uuids = {normalize_bus_id(g.pci_bus_id): g.uuid for g in base.gpus or [] if g.pci_bus_id and g.uuid}
     for gpu in extra.gpus or []:
         known = uuids.get(normalize_bus_id(gpu.pci_bus_id)) if gpu.pci_bus_id else None
@@ -670,3 +681,13 @@ def _merge_gpus(a: Optional[List[Gpu]], b: Optional[List[Gpu]]) -> Optional[List
         else:
             merged[match] = _merge_value(merged[match], gpu)
     return sorted(merged, key=lambda g: (g.index is None, g.index or 0))
+
+
+def gpu_count(snap: "Snapshot") -> Optional[int]:
+    """How many GPUs the facts show: the GPUs listed, else the GPUs of a `topo -m` matrix; None when neither (a
+    failed NVML lists none, but that is not a count of 0)."""
+    if snap.gpus is not None and (snap.gpus or snap.nvml.available or snap.nvml.reason == "no-devices"):
+        return len(snap.gpus)
+    if snap.topology and snap.topology.gpus():
+        return len(snap.topology.gpus())
+    return None

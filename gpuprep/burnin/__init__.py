@@ -26,6 +26,8 @@ class RunResult:
     new_xids: List[dict] = field(default_factory=list)
     expected_ranks: Optional[List[int]] = None      # this launch's ranks (a node of a multi-node run)
     setup_errors: List[str] = field(default_factory=list)   # the run could not start: no rank is to blame
+    stopped_slow: bool = False          # stopped at the outer bound while its ranks still made progress
+    duration: Optional[float] = None    # the --duration asked for
 
 
 def parse_duration(text: str, shortest: float = 5) -> float:

@@ -80,12 +80,35 @@ def rendezvous(ranks: Ranks) -> List[Finding]:
 
 @burnin_rule("burnin.hang")
 def hang(ranks: Ranks) -> List[Finding]:
+    """No progress (no step, no collective) for the stall window after the run was due: a wall-clock bound alone
+    never makes a hang (a busy host's run that still progresses is burnin.slow-run)."""
     run = ranks.run
     if not run.timed_out:
         return []
-    return [Finding("burnin.hang", "fail", "run", f"Burn-in did not finish within {run.wall_seconds:.0f} s and was killed",
-                    {"missing_ranks": ranks.missing, "log": run.log_tail[-5:]},
+    return [Finding("burnin.hang", "fail", "run", f"Burn-in made no progress (no step, no collective) for "
+                    f"{stall_seconds(run):.0f} s after it was due, and was killed",
+                    {"missing_ranks": ranks.missing, "wall_seconds": round(run.wall_seconds, 1), "log": run.log_tail[-5:]},
                     "A rank hung in a collective: check NCCL_SOCKET_IFNAME, P2P/ACS settings and the kernel log")]
+
+
+def stall_seconds(run) -> float:
+    from .torchrun import stall_window
+    return stall_window(run.duration or 0.0)
+
+
+@burnin_rule("burnin.slow-run")
+def slow_run(ranks: Ranks) -> List[Finding]:
+    """Stopped at the outer bound while its ranks still made progress: the host was too slow or too busy to finish,
+    which judges no rank (nothing hung, nothing died)."""
+    run = ranks.run
+    if not run.stopped_slow:
+        return []
+    return [Finding("burnin.slow-run", "warn", "run",
+                    f"Burn-in still progressing after {run.wall_seconds:.0f} s (asked for {run.duration or 0:.0f} s) "
+                    "and was stopped: its ranks were not judged",
+                    {"wall_seconds": round(run.wall_seconds, 1), "duration_s": run.duration,
+                     "unreported_ranks": ranks.missing},
+                    "Run it when the node is idle (no other job on its CPUs or GPUs), or with a shorter --duration")]
 
 
 @burnin_rule("burnin.rank-failed", "burnin.rank-aborted")
@@ -94,6 +117,8 @@ def missing_ranks(ranks: Ranks) -> List[Finding]:
     stopped because of that one."""
     run = ranks.run
     culprit = run.root_cause_rank if run.root_cause_rank in ranks.missing else None
+    if run.stopped_slow:
+        return []       # stopped by the launcher while progressing: burnin.slow-run says so, no rank died
     findings = []
     for rank in ranks.missing:
         if culprit is not None and rank != culprit:

@@ -20,6 +20,7 @@ from . import NCCL_SWEEP_MAX_MIB, RunResult, parse_master, preflight, setup_erro
 from .report_schema import typed
 
 GRACE_SECONDS = 15
+SLOW_FACTOR = 3       # a run still making progress is given up to 3x its duration and grace before it is stopped
 DEFAULT_RDZV_TIMEOUT = 60.0
 
 _REPORT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.M)
@@ -115,27 +116,48 @@ def _torchrun(duration: float, nproc: int, backend: str, nnodes: int, node_rank:
             *worker_options(backend, collective_timeout)]
 
 
+def stall_window(duration: float) -> float:
+    """How long a run may go without a heartbeat before it is hung: the worker's collective timeout (gloo and NCCL
+    raise on their own past it) and the grace after it."""
+    return max(10.0, min(60.0, duration)) + GRACE_SECONDS
+
+
 def _watch(proc: subprocess.Popen, out_dir: str, duration: float, rdzv_timeout: float,
            on_progress: Optional[Callable[[dict], None]]):
-    """Wait for torchrun; kill its whole process group when the rendezvous has not completed within
-    `rdzv_timeout`, or the ranks outlive duration + grace after it. Returns (timed out, rendezvous failed)."""
+    """Wait for torchrun. Kill its whole process group when the rendezvous has not completed within
+    `rdzv_timeout`; past duration + grace, when no rank has made progress (the heartbeat) for the stall window
+    (a hang), or, while still progressing, past SLOW_FACTOR times that (a slow run, never a hang).
+    Returns (hung, rendezvous failed, stopped while progressing)."""
     start = time.monotonic()
     joined_at = None
+    beats, beat_at = None, start
     while proc.poll() is None:
         time.sleep(0.25)
-        elapsed = time.monotonic() - start
+        now = time.monotonic()
+        elapsed = now - start
         if joined_at is None and os.path.exists(os.path.join(out_dir, "joined")):
-            joined_at = elapsed
-        rendezvous_failed = joined_at is None and elapsed > rdzv_timeout
-        timed_out = joined_at is not None and elapsed > joined_at + duration + GRACE_SECONDS
-        if rendezvous_failed or timed_out:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return timed_out, rendezvous_failed
-        progress = _read_json(os.path.join(out_dir, "progress.json")) if on_progress else None
-        if progress:
-            on_progress(progress)
-    return False, False
+            joined_at, beat_at = elapsed, now
+        progress = _read_json(os.path.join(out_dir, "progress.json"))
+        if progress and progress.get("beats") != beats:
+            beats, beat_at = progress.get("beats"), now
+            if on_progress:
+                on_progress(progress)
+        if joined_at is None:
+            if elapsed > rdzv_timeout:
+                return _stop(proc, False, True, False)
+            continue
+        overdue = elapsed > joined_at + duration + GRACE_SECONDS
+        if overdue and now - beat_at > stall_window(duration):
+            return _stop(proc, True, False, False)
+        if elapsed > joined_at + SLOW_FACTOR * (duration + GRACE_SECONDS):
+            return _stop(proc, False, False, True)
+    return False, False, False
+
+
+def _stop(proc: subprocess.Popen, hung: bool, rendezvous_failed: bool, slow: bool):
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return hung, rendezvous_failed, slow
 
 
 def _rank_results(out_dir: str) -> Dict[int, dict]:
@@ -167,7 +189,7 @@ def launch(duration: float, nproc: int, backend: str, env: Optional[Dict[str, st
     with tempfile.TemporaryFile(mode="w+") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env=child_env,
                                 start_new_session=True)
-        timed_out, rendezvous_failed = _watch(proc, out_dir, duration, rdzv_timeout, on_progress)
+        timed_out, rendezvous_failed, stopped_slow = _watch(proc, out_dir, duration, rdzv_timeout, on_progress)
         wall = time.monotonic() - start
         log.seek(0)
         output = log.read()
@@ -177,7 +199,9 @@ def launch(duration: float, nproc: int, backend: str, env: Optional[Dict[str, st
     cause_rank, cause_exit = root_cause(output)
     xids_after = _xids()
     new_xids = xids_after[len(xids_before):] if xids_before is not None and xids_after is not None else []
-    return RunResult(ranks=ranks, world_size=nproc * nnodes, exit_code=None if timed_out else proc.returncode,
+    return RunResult(ranks=ranks, world_size=nproc * nnodes,
+                     exit_code=None if timed_out or stopped_slow else proc.returncode,
+                     stopped_slow=stopped_slow, duration=duration,
                      timed_out=timed_out, wall_seconds=wall, log_tail=output.splitlines()[-20:],
                      root_cause_rank=cause_rank, root_cause_exit=cause_exit, rendezvous_failed=rendezvous_failed,
                      nodes=nnodes, new_xids=new_xids,

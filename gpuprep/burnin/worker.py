@@ -144,8 +144,7 @@ def _train(torch, dist, device, use_cuda: bool, load: _Load, seconds: float, pro
         dist.all_reduce(go, op=dist.ReduceOp.MIN)
         if go.item() == 0.0:
             break
-        if len(step_ms) % 10 == 0:
-            progress("training", 0.0 if deadline is None else 1 - max(0.0, deadline - time.monotonic()) / seconds)
+        progress("training", 0.0 if deadline is None else 1 - max(0.0, deadline - time.monotonic()) / seconds)
         start = time.perf_counter()
         with ddp.no_sync():
             with load.autocast:
@@ -189,8 +188,8 @@ def main() -> None:
                             device_id=device if use_cuda else None)
     if local_rank == 0:
         _write(os.path.join(args.out, "joined"), {"rank": rank, "world_size": world})
-    progress = (lambda phase, done: _write(os.path.join(args.out, "progress.json"),
-                                           {"phase": phase, "done": round(done, 3)})) if local_rank == 0 else (lambda *a: None)
+    global _heartbeat
+    progress = _heartbeat = Heartbeat(os.path.join(args.out, "progress.json") if local_rank == 0 else None)
     result = {"rank": rank, "world_size": world, "host": socket.gethostname(), "backend": backend,
               "device": str(device), "local_rank": local_rank, "env": _tuning_env()}
     load = _gpu_load(torch, device, local_rank, args.max_mib, result) if use_cuda else _cpu_load(torch, args.max_mib)
@@ -213,6 +212,27 @@ def main() -> None:
     dist.barrier()
     _write(os.path.join(args.out, f"rank{rank}.json"), result)
     dist.destroy_process_group()
+
+
+class Heartbeat:
+    """Rank 0's progress file: the phase, its share done, and how many steps and collectives have completed (a
+    collective completes on every rank or on none, so rank 0's count is the run's). The launcher tells a hang (no
+    beat) from a slow run (beats, late) by it. Written at most once a second, and at each new phase."""
+
+    def __init__(self, path: Optional[str]):
+        self.path, self.beats, self.phase, self.done, self._written = path, 0, "setup", 0.0, 0.0
+
+    def __call__(self, phase: Optional[str] = None, done: Optional[float] = None) -> None:
+        self.beats += 1
+        changed = phase is not None and phase != self.phase
+        self.phase, self.done = phase or self.phase, self.done if done is None else done
+        now = time.monotonic()
+        if self.path and (changed or now - self._written >= 1.0):
+            self._written = now
+            _write(self.path, {"phase": self.phase, "done": round(self.done, 3), "beats": self.beats})
+
+
+_heartbeat = Heartbeat(None)
 
 
 def _write(path, data):
@@ -341,7 +361,9 @@ def _timed(run, iterations, sync, dist):
     for _ in range(iterations):
         run()
     sync()
-    return (time.perf_counter() - start) / iterations
+    seconds = (time.perf_counter() - start) / iterations
+    _heartbeat()
+    return seconds
 
 
 MEMORY_PATTERNS = ("zeros", "ones", "walking_ones", "address", "random")

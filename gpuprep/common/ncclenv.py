@@ -101,15 +101,19 @@ def compute_env(facts, gpu_count, socket_ifname=None, overrides=None):
     if ifname:
         # '=' makes NCCL match the name exactly instead of as a prefix (eth1 would match eth10)
         env["NCCL_SOCKET_IFNAME"] = ifname if ifname[0] in "=^" else "=" + ifname
-    active = sorted(d["name"] for d in facts.get("rdma_devices") or []
-                    if "ACTIVE" in (d.get("state") or "").upper())
+    # None is unknown (a capture without NIC or CPU facts): the variable is left to NCCL and torch, never guessed
+    ports = facts.get("rdma_devices")
+    active = sorted(d["name"] for d in ports or [] if "ACTIVE" in (d.get("state") or "").upper())
     if active:
         env["NCCL_IB_DISABLE"] = "0"
         env["NCCL_IB_HCA"] = "=" + ",".join(active)
-    else:
+    elif ports is not None:
         env["NCCL_IB_DISABLE"] = "1"
-    threads = max(1, int(facts.get("physical_cores") or 1) // max(1, int(gpu_count or 1)))
-    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    threads = facts.get("threads_per_rank")
+    if threads is None and facts.get("physical_cores") and gpu_count is not None:
+        threads = max(1, int(facts["physical_cores"]) // max(1, int(gpu_count)))
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     for key, value in (overrides or {}).items():
         env[str(key)] = "" if value is None else str(value)
     problems = validate(env)

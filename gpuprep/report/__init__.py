@@ -10,8 +10,8 @@ from typing import Dict, List, Optional
 
 from .. import __version__
 from ..formats import FORMATS  # noqa: F401 (render's formats, offered by the CLI)
-from ..rules import SEVERITIES, Finding, worst
-from ..snapshot import Snapshot
+from ..rules import SEVERITIES, Finding, check_verdict, not_judged, worst
+from ..snapshot import Snapshot, gpu_count
 
 CHECK_SCHEMA = "gpuprep.check/1"
 FLEET_SCHEMA = "gpuprep.fleet/1"
@@ -45,8 +45,9 @@ def check_document(snapshot: Snapshot, findings: List[Finding], waived: Optional
     """`waived`: what --skip/--only removed, counted and named so a filter never hides a failure silently;
     `profile`: the node profile judged against, named in every format. Nothing judged is 'info', never 'pass'."""
     waived = waived or []
-    return envelope(CHECK_SCHEMA, worst(findings) if findings else "info", summary(findings),
-                    host=host_name(snapshot), profile=profile, findings=[f.to_dict() for f in findings],
+    return envelope(CHECK_SCHEMA, check_verdict(findings, snapshot), summary(findings),
+                    host=host_name(snapshot), profile=profile, not_judged=not_judged(snapshot),
+                    findings=[f.to_dict() for f in findings],
                     waived=_waived(waived), snapshot=snapshot.to_dict())
 
 
@@ -67,7 +68,7 @@ def fleet_document(result) -> dict:
         findings, waived = result.findings[member.name], result.waived[member.name]
         doc = check_document(member.snapshot, findings, waived)
         hosts[member.name] = {"status": "checked", "verdict": doc["verdict"], "summary": doc["summary"],
-                              "gpus": len(member.snapshot.gpus or []),
+                              "gpus": gpu_count(member.snapshot),      # None: not known, never 0
                               "driver": member.snapshot.software.driver_version,
                               "check": doc}
     for f in result.drift_findings:

@@ -206,6 +206,10 @@ def _verdict_style(fail: int, warn: int):
     return ("FAIL", "fail") if fail else ("WARN", "warn") if warn else ("OK", "pass")
 
 
+# the headline's word for each JSON verdict: the text says what the document says
+_HEADLINE = {"fail": ("FAIL", "fail"), "warn": ("WARN", "warn"), "info": ("INFO", "info"), "pass": ("OK", "pass")}
+
+
 def _width() -> int:
     """The terminal's width (COLUMNS, else the terminal's own); 0 (no wrapping) when writing to a pipe or file."""
     import shutil
@@ -236,8 +240,10 @@ def _finding_lines(f: Finding, out: Writer) -> None:
         _wrapped(out, "        remedy:   ", f.remedy, 18, width)
 
 
-def render_findings(findings: List[Finding], out: Writer, verbose: bool, waived: Optional[dict] = None) -> None:
-    """`waived`: the document's record of what --skip/--only removed ({"summary": counts, "ids": [...]})."""
+def render_findings(findings: List[Finding], out: Writer, verbose: bool, waived: Optional[dict] = None,
+                    verdict: Optional[str] = None, unjudged: Optional[List[str]] = None) -> None:
+    """`waived`: the document's record of what --skip/--only removed ({"summary": counts, "ids": [...]});
+    `verdict` and `unjudged`: the document's, so the headline says what its JSON says."""
     shown = [f for f in findings if verbose or f.severity != "pass"]
     areas = sorted({f.area for f in shown},
                    key=lambda a: min(SEVERITY_RANK[f.severity] for f in shown if f.area == a))
@@ -251,9 +257,13 @@ def render_findings(findings: List[Finding], out: Writer, verbose: bool, waived:
         out.line(out.paint("NOTHING CHECKED: no check applied to these facts (see --only/--skip, and what the "
                            "facts hold)", "warn"))
     else:
-        verdict, style = _verdict_style(counts["fail"], counts["warn"])
-        out.line(out.paint(f"{verdict}: {counts['fail']} fail, {counts['warn']} warn, {counts['info']} info, "
-                           f"{counts['pass']} pass", style))
+        word, style = _HEADLINE[verdict] if verdict else _verdict_style(counts["fail"], counts["warn"])
+        tally = f"{counts['fail']} fail, {counts['warn']} warn, {counts['info']} info, {counts['pass']} pass"
+        if unjudged and word in ("OK", "INFO"):
+            out.line(out.paint(f"NOT JUDGED: {'; '.join(unjudged)}; {tally}", "warn"))
+        else:
+            out.line(out.paint(f"{word}: {tally}" + (f"; not judged: {'; '.join(unjudged)}" if unjudged else ""),
+                               style))
     hidden = (waived or {}).get("summary") or {}
     if hidden.get("fail") or hidden.get("warn"):
         ids = waived["ids"]
@@ -276,7 +286,8 @@ def render_check(document: dict, colour: bool, verbose: bool = False, drift_grou
     render_facts(Snapshot.from_dict(document["snapshot"]), out)
     if document.get("profile"):
         out.line(f"judged against profile: {document['profile']}")
-    render_findings([_finding(f) for f in document["findings"]], out, verbose, document.get("waived"))
+    render_findings([_finding(f) for f in document["findings"]], out, verbose, document.get("waived"),
+                    document.get("verdict"), document.get("not_judged"))
     return out.text()
 
 

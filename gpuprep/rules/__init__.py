@@ -20,6 +20,7 @@ class Finding:
     evidence: Dict[str, Any] = field(default_factory=dict)
     remedy: Optional[str] = None
     source: Optional[str] = None
+    repair: Optional[str] = None       # the action, where the check's own table gives one per case (ACTIONS)
 
     @property
     def area(self) -> str:
@@ -27,17 +28,52 @@ class Finding:
 
     @property
     def action(self) -> str:
-        """What a machine should do about it, from a small documented set (ACTIONS), beside the free-text remedy."""
-        return action_of(self.severity, self.remedy)
+        """What a machine should do about it, from a small documented set (ACTIONS), beside the free-text remedy:
+        the rule's own choice, else the check's row in ACTION_BY_ID. Never read from a remedy, which can hold a
+        node's words (an HCA named "reboot")."""
+        if self.severity in ("pass", "info"):
+            return "none"
+        return self.repair or action_for(self.id)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "severity": self.severity, "subject": self.subject, "title": self.title,
                 "evidence": self.evidence, "remedy": self.remedy, "source": self.source, "action": self.action}
 
 
-# A finding's repair action, read from its remedy by the first pattern that matches (the most drastic first); a
-# pass or an info needs none. The set is public (docs/checks.md): gpud-style machine-actionable repairs.
+# A failing or warning finding's repair action: a closed, public set (docs/checks.md), gpud-style.
 ACTIONS = ("none", "replace-hardware", "reboot", "reset-gpu", "upgrade-driver", "reapply", "drain", "fix-config")
+# each check's action; an id not named takes its area's. Rules whose action depends on the case (an Xid's
+# resolution, why NVML is down) set Finding.repair from their own tables.
+AREA_ACTION = {"burnin": "drain", "dcgm": "drain", "driver": "reboot", "sys": "reapply", "container": "reapply"}
+ACTION_BY_ID = {
+    "compat.driver-gpu": "upgrade-driver", "compat.torch-driver": "upgrade-driver",
+    "compat.toolkit-driver": "upgrade-driver", "compat.cudnn-cuda": "upgrade-driver",
+    "container.docker-missing": "fix-config", "container.gpu-smoke": "fix-config",
+    "container.nvidia-runtime-missing": "reapply", "container.nccl-limits": "fix-config",
+    "dcgm.health": "fix-config",
+    "driver.mixed": "reboot", "driver.not-probed": "reboot",
+    "fabric.manager-version": "reapply",
+    "gpu.clock-throttle": "drain", "gpu.ecc-disabled": "reboot", "gpu.ecc-uncorrectable": "reset-gpu",
+    "gpu.fabric": "reboot", "gpu.init-failed": "replace-hardware", "gpu.pcie-width": "replace-hardware",
+    "gpu.pcie-degraded": "replace-hardware", "gpu.persistence-off": "reapply", "gpu.reset-required": "reboot",
+    "gpu.row-remap": "reset-gpu", "gpu.sensor-unreadable": "reset-gpu", "gpu.retired-pages": "replace-hardware",
+    "gpu.unreachable": "replace-hardware", "gpu.temperature": "drain", "gpu.app-clocks-below-max": "reapply",
+    "gpu.xid": "drain", "gpu.sxid": "drain",
+    "net.ib-port-down": "fix-config", "net.ib-rate": "replace-hardware",
+    "sys.pcie-aer": "replace-hardware", "sys.ssh-password-auth": "reapply", "sys.ssh-root-login": "reapply",
+    "topo.nvlink-inactive": "replace-hardware",
+    "burnin.rendezvous": "fix-config", "burnin.setup": "fix-config", "burnin.slow-run": "fix-config",
+    "burnin.memory": "drain", "burnin.throttle": "drain", "burnin.gpu-lost": "drain",
+}
+
+
+def action_for(check_id: str) -> str:
+    area = check_id.split(".", 1)[0]
+    return ACTION_BY_ID.get(check_id) or AREA_ACTION.get(area, "fix-config")
+
+
+# Which action a remedy of a rule's own table asks for (never a remedy built from a node's words): the most
+# drastic first.
 _ACTION_PATTERNS = (
     ("replace-hardware", r"\bRMA\b|reseat|replace the (gpu|card|cable|transceiver)"),
     ("reboot", r"\breboot\b"),
@@ -48,12 +84,10 @@ _ACTION_PATTERNS = (
 )
 
 
-def action_of(severity: str, remedy: Optional[str]) -> str:
-    if severity in ("pass", "info") or not remedy:
-        return "none"
+def action_of(template: str) -> str:
+    """The action a rule's own remedy template asks for (case-insensitive: "RMA" is written in capitals)."""
     import re
-    text = remedy.lower()
-    return next((action for action, pattern in _ACTION_PATTERNS if re.search(pattern, text)), "fix-config")
+    return next((action for action, pattern in _ACTION_PATTERNS if re.search(pattern, template, re.I)), "fix-config")
 
 
 @dataclass
@@ -182,6 +216,22 @@ def _matches(finding: Finding, names: Sequence[str]) -> bool:
 def worst(findings: Iterable[Finding]) -> str:
     ranks = [SEVERITY_RANK[f.severity] for f in findings]
     return SEVERITIES[min(ranks)] if ranks else "pass"
+
+
+def not_judged(snapshot: Snapshot) -> List[str]:
+    """The whole sides of a host that no rule could judge, each with why: a headline says them, never "OK"."""
+    if snapshot.gpus:
+        return []
+    from .driver import nvml_problem
+    nvml = snapshot.nvml
+    why = nvml_problem(nvml.reason) if nvml and nvml.available is False else "no GPU facts in the input"
+    return [f"the GPUs ({why})"]
+
+
+def check_verdict(findings: List[Finding], snapshot: Snapshot) -> str:
+    """The worst finding; info (never pass) when nothing was judged or a whole side was not."""
+    verdict = worst(findings) if findings else "info"
+    return "info" if verdict == "pass" and not_judged(snapshot) else verdict
 
 
 def all_gpus(snapshot: Snapshot) -> Iterator[Gpu]:

@@ -55,14 +55,23 @@ def judge_driver_for_cuda(finding_id: str, subject: str, what: str, driver: str,
 
 def judge_driver_for_gpu(subject: str, driver: str, cc: str, gpu_name: Optional[str] = None) -> Optional[Finding]:
     """The driver must know the GPU: at least the driver of the first CUDA release that supports its compute
-    capability (R550 and a B200: CUDA 12.8's 570.26 is the first). None where the table does not know the cc."""
+    capability (R550 and a B200: CUDA 12.8's 570.26 is the first), and no branch past the architecture's last
+    (Volta after R580). None where the tables know neither."""
     first = kb.first_cuda_for(cc)
     release = kb.cuda_release(first["first_cuda"]) if first else None
+    ended = kb.last_branch_for(cc)
+    what = f"{gpu_name or 'a GPU'} (compute capability {cc}, {(first or ended or {}).get('architecture', '?')})"
+    evidence = {"driver": driver, "compute_capability": cc}
+    if ended and version_key(driver)[0] > int(ended["last_driver_branch"]):
+        branch = ended["last_driver_branch"]
+        return Finding("compat.driver-gpu", "fail", subject,
+                       f"Driver {driver} does not support {what}: R{branch} is the last branch for "
+                       f"{ended['architecture']}", {**evidence, "last_driver_branch": int(branch)},
+                       f"Install a driver of the R{branch} branch (long-term support), or move the job to a newer GPU",
+                       ended["source"])
     if release is None:
         return None
-    what = f"{gpu_name or 'a GPU'} (compute capability {cc}, {first['architecture']})"
-    evidence = {"driver": driver, "compute_capability": cc, "first_cuda": first["first_cuda"],
-                "minimum_driver": release.toolkit_driver}
+    evidence.update(first_cuda=first["first_cuda"], minimum_driver=release.toolkit_driver)
     if version_key(driver) >= version_key(release.toolkit_driver):
         return Finding("compat.driver-gpu", "pass", subject, f"Driver {driver} supports {what}", evidence,
                        source=first["source"])
@@ -99,10 +108,17 @@ def judge_torch_arch(subject: str, torch_version: str, variant: str, cc: str,
                        f"PyTorch {wheel} runs on compute capability {cc} only through PTX JIT",
                        {**evidence, "ptx": row["ptx"]}, "Use a wheel built for this GPU (e.g. a newer cu12x/cu13x build)",
                        source)
-    severity = "warn" if inferred else "fail"
+    # a wheel built with a CUDA older than the first to know this GPU cannot hold its kernels, inferred row or not
+    first = kb.first_cuda_for(cc)
+    built_with = cuda_of_variant(variant)
+    too_old = bool(first and built_with and version_key(built_with) < version_key(first["first_cuda"]))
+    severity = "warn" if inferred and not too_old else "fail"
+    if too_old:
+        evidence["note"] = (f"CUDA {built_with} predates CUDA {first['first_cuda']}, the first to build for compute "
+                            f"capability {cc}: no kernel of this wheel is for it, and it ships no PTX it could JIT")
     newer = _wheels_supporting(cc, driver)
     remedy = "Install a PyTorch wheel built for this GPU" + (f", e.g. {newer}" if newer else "")
-    if inferred:
+    if inferred and not too_old:
         evidence["note"] = "the arch list for this wheel is inferred, not measured"
     return Finding("compat.torch-arch", severity, subject,
                    f"PyTorch {wheel} has no kernels for compute capability {cc}",
@@ -134,6 +150,14 @@ def judge_cudnn(subject: str, cudnn: str, cuda: str, driver: Optional[str]) -> F
                        "Check NVIDIA's cuDNN support matrix for this release")
     cuda_mm = ".".join(cuda.split(".")[:2])
     fitting = [r for r in rows if cuda_mm in r["cuda_toolkits"].split(";")]
+    unread = [r for r in rows if "?" in r["cuda_toolkits"].split(";")
+              and f"for CUDA {cuda.split('.')[0]}.x" in r["package"]]
+    if not fitting and unread:
+        # an unread cell of NVIDIA's table is unknown: never a fail
+        return Finding("compat.cudnn-cuda", "info", subject,
+                       f"Whether cuDNN {cudnn} supports CUDA {cuda} is not known: that cell of NVIDIA's support "
+                       "matrix is not in gpuprep's table", {**evidence, "unknown": "cuda_toolkits"},
+                       f"Check NVIDIA's cuDNN {cudnn} support matrix", unread[0]["source"])
     if not fitting:
         majors = sorted({t for r in rows for t in r["cuda_toolkits"].split(";") if t != "?"})
         return Finding("compat.cudnn-cuda", "fail", subject, f"cuDNN {cudnn} is not built for CUDA {cuda}",
@@ -285,11 +309,31 @@ def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[s
         findings.append(judge_torch_arch("combination", torch, variant, cc, driver=driver))
     if variant == "cpu" or (variant or "").startswith("rocm"):
         findings.append(_not_for_nvidia(torch, variant, driver))
+    beyond = judge_table_range("combination", driver) if findings else None
+    findings += [beyond] if beyond else []
     if not findings:
         raise BadInput(lambda name: f"nothing to judge: give {name('cuda')}, {name('torch')}, or {name('cudnn')} "
                                     "with the driver")
     from . import SEVERITY_RANK
     return sorted(findings, key=lambda f: SEVERITY_RANK[f.severity])
+
+
+def judge_table_range(subject: str, driver: str) -> Optional[Finding]:
+    """A driver of a branch newer than every release in gpuprep's tables: its passes stop at what the tables know."""
+    newest = kb.newest_known_branch()
+    if version_key(driver)[0] <= newest:
+        return None
+    return Finding("compat.table-range", "info", subject,
+                   f"Driver {driver} is newer than gpuprep's tables (they end at the R{newest} branch): what changed "
+                   "since is not judged", {"driver": driver, "newest_known_branch": newest},
+                   "Check NVIDIA's release notes for this driver, and update gpuprep for newer tables")
+
+
+@rule("compat.table-range")
+def table_range(snap, ctx):
+    driver = snap.software.driver_version
+    found = judge_table_range(host(snap), driver) if driver and re.fullmatch(r"\d+(\.\d+)*", driver) else None
+    return [found] if found else []
 
 
 @rule("compat.driver-gpu")

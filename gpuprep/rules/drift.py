@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional
 
-from ..snapshot import Snapshot
+from ..snapshot import Snapshot, gpu_count
 from . import Finding
 
 
@@ -43,9 +43,10 @@ def _cmdline(snap: Snapshot) -> Optional[str]:
 
 
 def _gpu_count(snap: Snapshot) -> Optional[str]:
-    if snap.gpus is None:
-        return None if snap.nvml.available is not False else "0"
-    return str(len(snap.gpus))
+    """What the facts count, unknown (never 0) where they list no GPU: NVML down counts none, but the GPUs are
+    there (driver.nvml-unavailable says so)."""
+    count = gpu_count(snap)
+    return None if count is None else str(count)
 
 
 def _active_links(gpu) -> Optional[int]:

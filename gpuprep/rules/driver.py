@@ -39,6 +39,18 @@ _NVML_REASONS = {
 }
 
 
+# each reason's repair action (Finding.action)
+_NVML_ACTIONS = {"version-mismatch": "reboot", "no-permission": "fix-config", "driver-not-loaded": "reboot",
+                 "no-devices": "drain", "not-installed": "fix-config", "library-not-found": "fix-config",
+                 "error": "reboot"}
+
+
+def nvml_problem(reason) -> str:
+    """Why NVML did not answer, in the words of its finding."""
+    title = _NVML_REASONS.get(reason or "error", _NVML_REASONS["error"])[1]
+    return title[0].lower() + title[1:]
+
+
 @rule("driver.nvml-unavailable")
 def nvml_unavailable(snap, ctx):
     status = snap.nvml
@@ -51,7 +63,7 @@ def nvml_unavailable(snap, ctx):
     if status.library_version:
         evidence["nvml_library_version"] = status.library_version
     return [Finding("driver.nvml-unavailable", severity, host(snap), title, evidence, remedy,
-                    "NVML return codes (nvmlInit); nvidia-smi error messages")]
+                    "NVML return codes (nvmlInit); nvidia-smi error messages", _NVML_ACTIONS.get(status.reason))]
 
 
 @rule("driver.mixed")

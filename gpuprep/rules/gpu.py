@@ -7,8 +7,8 @@ from collections import Counter, OrderedDict
 
 from .. import knowledge as kb
 from ..parsers.nvsmi import POLICY_REASONS, THROTTLE_REASONS
-from ..snapshot import normalize_bus_id
-from . import Finding, all_gpus, gpu_ref, gpu_subject, host, rule, shell_word
+from ..snapshot import gpu_count as counted_gpus, normalize_bus_id
+from . import Finding, action_of, all_gpus, gpu_ref, gpu_subject, host, rule, shell_word
 
 _XID_SOURCE = "NVIDIA Xid Catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html)"
 _RESOLUTION = {
@@ -55,8 +55,10 @@ def _xid_verdict(code: int, message: str, row: dict):
     if code == 154:
         match = _RECOVERY_ACTION.search(message or "")
         if match:
+            # the driver's own words name the action: an unknown one is drained and quoted, never acted on
             return _RECOVERY.get(match.group(2).strip().lower(),
-                                 ("fail", f"follow the driver's recovery action '{match.group(2).strip()}'"))
+                                 ("fail", "drain the GPU and follow the driver's recovery action "
+                                          f"'{match.group(2).strip()[:60]}'"))
     if code == 45:
         cause = re.search(r"caused by previous Xid (\d+)", message or "")
         if cause and int(cause.group(1)) != 45:
@@ -107,8 +109,11 @@ def xid(snap, ctx):
             source = _XID_SOURCE
         evidence = {"code": code, "count": len(seen), "pci": pci, "last": seen[-1].time,
                     "message": seen[-1].message}
+        # the action is read from the template (this module's tables), before any node word is put in it
+        repair = "drain" if "recovery action '" in action else action_of(action)
         findings.append(Finding(f"gpu.{kind}", severity, subject, title, evidence,
-                                action.format(index=gpu_ref(gpu) if gpu else (shell_word(pci) if pci else "<gpu>")), source))
+                                action.format(index=gpu_ref(gpu) if gpu else (shell_word(pci) if pci else "<gpu>")),
+                                source, repair))
     return findings
 
 
@@ -152,20 +157,23 @@ def kernel_events(snap, ctx):
 # What to do about a GPU that does not answer, by what nvidia-smi or NVML said (first match wins)
 _NO_ANSWER_ACTIONS = (
     ("is lost", "The GPU is lost (Xid 79 class): drain and reboot, as the driver asks; if it recurs, check power, "
-                "cabling and seating, then RMA"),
-    ("requires reset", "Drain and reset the GPU (`nvidia-smi -r -i {ref}`), or reboot if the reset fails"),
-    ("requires restart", "Drain and reset the GPU (`nvidia-smi -r -i {ref}`), or reboot if the reset fails"),
+                "cabling and seating, then RMA", "reboot"),
+    ("requires reset", "Drain and reset the GPU (`nvidia-smi -r -i {ref}`), or reboot if the reset fails", "reset-gpu"),
+    ("requires restart", "Drain and reset the GPU (`nvidia-smi -r -i {ref}`), or reboot if the reset fails",
+     "reset-gpu"),
     ("", "Drain the node and look in the kernel log for the Xid (79, 119, 154 are usual); reset the GPU "
-         "(`nvidia-smi -r -i {ref}`) or reboot; if it recurs, reseat or RMA"),
+         "(`nvidia-smi -r -i {ref}`) or reboot; if it recurs, reseat or RMA", "drain"),
 )
 _IDENTITY_FIELDS = ("name", "Product Name", "Product Brand", "Product Architecture", "GPU UUID", "Serial Number",
                     "VBIOS Version", "Minor Number")
 _UNANSWERED_FIELDS = 3     # this many fields read as errors: the GPU, not one sensor, is failing
 
 
-def _no_answer_action(text: str, gpu) -> str:
+def _no_answer_action(text: str, gpu):
+    """(remedy, action) for what nvidia-smi or NVML said of a GPU that does not answer."""
     low = text.lower()
-    return next(action for key, action in _NO_ANSWER_ACTIONS if key in low).format(ref=gpu_ref(gpu))
+    remedy, action = next((remedy, action) for key, remedy, action in _NO_ANSWER_ACTIONS if key in low)
+    return remedy.format(ref=gpu_ref(gpu)), action
 
 
 @rule("gpu.sensor-unreadable", "gpu.unreachable")
@@ -180,9 +188,9 @@ def unanswered(snap, ctx):
         identity = [e for e in errors if e.split(" = ")[0].split(" / ")[0] in _IDENTITY_FIELDS]
         if gpu.failure or identity or len(errors) >= _UNANSWERED_FIELDS:
             what = gpu.failure or "; ".join(errors[:4]) + (f" and {len(errors) - 4} more" if len(errors) > 4 else "")
+            remedy, repair = _no_answer_action(" ".join([gpu.failure or ""] + errors), gpu)
             out.append(Finding("gpu.unreachable", "fail", gpu_subject(gpu), f"The GPU does not answer: {what}",
-                               {"failure": gpu.failure, "unreadable": errors or None},
-                               _no_answer_action(" ".join([gpu.failure or ""] + errors), gpu), source))
+                               {"failure": gpu.failure, "unreadable": errors or None}, remedy, source, repair))
         elif errors:
             out.append(Finding("gpu.sensor-unreadable", "warn", gpu_subject(gpu),
                                "The GPU could not report " + ", ".join(e.split(" = ")[0] for e in errors),
@@ -237,11 +245,20 @@ def app_clocks(snap, ctx):
             continue   # GPU without application clocks (GeForce, many workstation boards)
         evidence = {"app_graphics_mhz": gpu.app_clock_graphics_mhz, "max_graphics_mhz": gpu.max_clock_graphics_mhz,
                     "app_mem_mhz": gpu.app_clock_mem_mhz, "max_mem_mhz": gpu.max_clock_mem_mhz}
+        default = gpu.default_app_clock_graphics_mhz
+        evidence["default_app_graphics_mhz"] = default
         if gpu.app_clock_graphics_mhz < gpu.max_clock_graphics_mhz:
-            out.append(Finding("gpu.app-clocks-below-max", "warn", gpu_subject(gpu),
-                               f"Application clocks {gpu.app_clock_graphics_mhz} MHz below max "
-                               f"{gpu.max_clock_graphics_mhz} MHz", evidence,
-                               "gpuprep apply --tags gpu_clocks (locks clocks; application clocks are deprecated in NVML)",
+            # the factory default sits below max on most boards and GPU Boost clocks past it under load: only a
+            # setting lowered below the default is a sign that someone held this GPU back
+            lowered = default is not None and gpu.app_clock_graphics_mhz < default
+            title = (f"Application clocks {gpu.app_clock_graphics_mhz} MHz, lowered below the factory default "
+                     f"{default} MHz (max {gpu.max_clock_graphics_mhz} MHz)" if lowered else
+                     f"Application clocks {gpu.app_clock_graphics_mhz} MHz below max {gpu.max_clock_graphics_mhz} "
+                     "MHz, " + ("at the factory default" if default is not None else "the factory default not known"))
+            out.append(Finding("gpu.app-clocks-below-max", "warn" if lowered else "info", gpu_subject(gpu), title,
+                               evidence,
+                               "gpuprep apply --tags gpu_clocks (locks clocks; application clocks are deprecated in NVML)"
+                               if lowered else None,
                                "nvidia-smi -q CLOCK section; NVML deprecation of application clocks"))
         else:
             out.append(Finding("gpu.app-clocks-below-max", "pass", gpu_subject(gpu),
@@ -541,10 +558,14 @@ def compute_mode(snap, ctx):
 @rule("gpu.capture-incomplete")
 def capture_incomplete(snap, ctx):
     """A report whose header names more GPUs than it holds was cut short (or GPUs vanished while it ran)."""
+    cuts = [Finding("gpu.capture-incomplete", "warn", host(snap), f"Capture cut short: {cut}; what it shows is "
+                    "judged, the rest is not known", {"cut": cut},
+                    "Capture it whole again; if it always stops at the same GPU, that GPU hangs the query (check the "
+                    "kernel log for Xids and `nvidia-smi -L`)") for cut in snap.incomplete or []]
     said, have = snap.nvml.attached_gpus, len(snap.gpus or [])
     if said is None or have >= said:
-        return []
-    return [Finding("gpu.capture-incomplete", "warn", host(snap),
+        return cuts
+    return cuts + [Finding("gpu.capture-incomplete", "warn", host(snap),
                     f"nvidia-smi's report names {said} GPUs but holds {have}: {said - have} missing from what was judged",
                     {"attached_gpus": said, "gpus_in_report": have, "missing": said - have},
                     "Capture the whole `nvidia-smi -q` again; if it stops at the same GPU, that GPU hangs the query "
@@ -556,10 +577,11 @@ def gpu_count(snap, ctx):
     wanted = ctx.profile.get("min_gpus")
     if not wanted:
         return []
-    if snap.gpus is None and snap.nvml.available is not False:
+    counted = counted_gpus(snap)
+    if counted is None and snap.nvml.available is not False:
         return [Finding("gpu.count", "warn", host(snap), f"GPU count not known; the profile wants at least {wanted}",
                         {"min_gpus": wanted}, "Give a capture that lists the GPUs (nvidia-smi -q), or run on the host")]
-    have = len(snap.gpus or [])     # no driver answering: no GPU this profile can use
+    have = counted or 0     # no driver answering: no GPU this profile can use
     if have < wanted:
         return [Finding("gpu.count", "fail", host(snap), f"{have} GPU(s), profile wants at least {wanted}",
                         {"gpus": have, "min_gpus": wanted}, "Check `lspci | grep -i nvidia` and the kernel log for GPUs that did not come up")]

@@ -37,7 +37,13 @@ class HcaList:
 
     def __init__(self, value: str):
         self.exact = value.startswith("=")
-        self.entries = [item.split(":")[0].strip() for item in value.lstrip("=").split(",") if item.strip()]
+        items = [item.strip() for item in value.lstrip("=").split(",") if item.strip()]
+        self.entries = [item.split(":")[0].strip() for item in items]
+        self.ports = {item.split(":")[0].strip(): item.split(":")[1].strip() for item in items if ":" in item}
+
+    def names_port(self, name: str, port: Optional[int]) -> bool:
+        """The list names this very port (`mlx5_0:2`), not only its device."""
+        return port is not None and self.ports.get(name) == str(port)
 
     def selects(self, name: str) -> bool:
         return any(name == e if self.exact else name.startswith(e) for e in self.entries)
@@ -67,11 +73,15 @@ def ports_down(snap, ctx):
     ports = snap.rdma_devices or []
     wanted = nccl_hcas(snap)
     findings = []
+    serving = {p.name for p in ports if port_active(p) and link_up(p) is not False}
     for port in ports:
         active, up = port_active(port), link_up(port)
         if active is not False and up is not False:
             continue
-        severity = "fail" if _nccl_would_use(port, wanted) else "warn"
+        # NCCL uses only ACTIVE ports: the uncabled second port of an HCA whose other port serves costs nothing,
+        # unless NCCL_IB_HCA names that very port
+        spare = port.name in serving and not (wanted and wanted.names_port(port.name, port.port))
+        severity = "fail" if _nccl_would_use(port, wanted) and not spare else "warn"
         state = ", ".join(v for v in (port.state, port.phys_state) if v) or ("netdev down" if port.netdev_up is False
                                                                               else "down")
         findings.append(Finding("net.ib-port-down", severity, subject(port), f"RDMA port not active: {state}",
