@@ -612,6 +612,17 @@ def _merge_ports(base: Optional[List[RdmaDevice]], extra: Optional[List[RdmaDevi
     return merged
 
 
+def _different_gpus(base: Snapshot, extra: Snapshot) -> Optional[str]:
+    """GPU counts, or GPU bus ids, that two captures of one host could not both show."""
+    counts = gpu_count(base), gpu_count(extra)
+    if None not in counts and counts[0] != counts[1]:
+        return f"different GPU counts ({counts[0]}, {counts[1]})"
+    buses = [{normalize_bus_id(g.pci_bus_id) for g in snap.gpus or [] if g.pci_bus_id} for snap in (base, extra)]
+    if all(buses) and buses[0] != buses[1]:
+        return f"different GPU bus ids ({', '.join(sorted(buses[0] ^ buses[1])[:4])} in one only)"
+    return None
+
+
 def mixed_hosts(base: Snapshot, extra: Snapshot) -> Optional[str]:
     """Why two partial snapshots cannot be one host's (None when they can): different host names, driver
     versions, GPU counts or GPU bus ids, or one bus id with two GPU UUIDs."""
@@ -619,12 +630,9 @@ def mixed_hosts(base: Snapshot, extra: Snapshot) -> Optional[str]:
                        ("driver versions", base.software.driver_version, extra.software.driver_version)):
         if a and b and a != b:
             return f"different {what} ({a}, {b})"
-    counts = gpu_count(base), gpu_count(extra)
-    if None not in counts and counts[0] != counts[1]:
-        return f"different GPU counts ({counts[0]}, {counts[1]})"
-    buses = [{normalize_bus_id(g.pci_bus_id) for g in snap.gpus or [] if g.pci_bus_id} for snap in (base, extra)]
-    if all(buses) and buses[0] != buses[1]:
-        return f"different GPU bus ids ({', '.join(sorted(buses[0] ^ buses[1])[:4])} in one only)"
+    different = _different_gpus(base, extra)
+    if different:
+        return different
     uuids = {normalize_bus_id(g.pci_bus_id): g.uuid for g in base.gpus or [] if g.pci_bus_id and g.uuid}
     for gpu in extra.gpus or []:
         known = uuids.get(normalize_bus_id(gpu.pci_bus_id)) if gpu.pci_bus_id else None

@@ -13,7 +13,7 @@ from gpuprep.slurm import Action, Gate, NodeState, burnin_gate, decide, parse_no
 SLURM = Path(__file__).parent / "data" / "slurm"
 HEALTHY = "a10.nvidia-smi-q.txt"                       # passes with the default profile
 FAILING = "a100-sxm4-x4.nvidia-smi-q.txt"              # gpu.row-remap fails (a remap is pending)
-WARN_ONLY = "v100-sxm2-x8-vm.nvidia-smi-q.txt"           # warnings only
+WARN_ONLY = "puget-wrx90-2x-rtx6000ada.nvidia-smi.txt"      # persistence mode off: a warning only
 
 
 def _found(name, profile=None):

@@ -29,7 +29,8 @@ CAPTURES = {
     "tinygrad-ogkm-47-driver-lib-mismatch-nvml-version.nvidia-smi-error": ({"driver.nvml-unavailable"}, set(), HOST),
     # nvidia-smi tables with ERR!: a GPU that stopped answering fails; one unreadable sensor warns
     "gpu-operator-559-a40-err.nvidia-smi": ({"gpu.unreachable"}, set(), "00000000:19:00.0"),
-    "dcgm-exporter-313-a10g-err.nvidia-smi": ({"gpu.unreachable"}, set(), "00000000:00:16.0"),
+    # cut after GPU 1's rows: GPU 0's ERR! row is a failure seen, and the cut is said (issue 47)
+    "dcgm-exporter-313-a10g-err.nvidia-smi": ({"gpu.unreachable"}, {"gpu.capture-incomplete"}, "00000000:00:16.0"),
     "nvgpu-exporter-393-rtx4000ada-fan-err.nvidia-smi": (set(), {"gpu.sensor-unreadable", "gpu.ecc-disabled"}, None),
     "azhpc-diag-77-v100-power-err-transient.nvidia-smi": (set(), {"gpu.sensor-unreadable"}, None),   # transient
     # a GPU missing from the table: only the expected count can tell
@@ -41,13 +42,13 @@ CAPTURES = {
     "mleng-a100-xid63-remap-pending.nvidia-smi-q-excerpt":
         ({"gpu.row-remap"}, {"gpu.capture-incomplete"}, "00000000:10:1C.0"),
     "thamada-a100x4-remap-pending-9e.nvidia-smi-q-excerpt":
-        ({"gpu.row-remap"}, {"gpu.app-clocks-below-max", "gpu.capture-incomplete"}, "00000000:9E:00.0"),
+        ({"gpu.row-remap"}, {"gpu.capture-incomplete"}, "00000000:9E:00.0"),    # app clocks at the factory default
     "mleng-sram-uncorrectable.nvidia-smi-q-excerpt": ({"gpu.ecc-uncorrectable"}, set(), UNNAMED),
     "l4rz-c4130-v100-power-brake.nvidia-smi-q-excerpt": ({"gpu.clock-throttle"}, set(), UNNAMED),
     "azhpc-images-506-fabric-insufficient-resources.nvidia-smi-q-excerpt": ({"gpu.fabric"}, set(), UNNAMED),
     "dcgm-232-a10g-link-width-x8-of-x16.nvidia-smi-q-excerpt": (set(), {"gpu.pcie-width"}, None),    # not idle-marked
     "healthy-thamada-a100x4-gpu68.nvidia-smi-q-excerpt":
-        (set(), {"gpu.app-clocks-below-max", "gpu.capture-incomplete"}, None),                      # healthy GPU
+        (set(), {"gpu.capture-incomplete"}, None),             # healthy GPU; app clocks at the factory default
     # nvlink --status
     "azhpc-diag-73-v100-nvlink-inactive.nvlink-status": ({"topo.nvlink-inactive"}, set(), "GPU3"),
     "gpud-1085-b200-all-links-inactive.nvlink-status": ({"topo.nvlink-inactive"}, set(), "GPU2"),

@@ -168,7 +168,10 @@ def test_a_hung_collective_names_the_rank_that_never_joined(tmp_path):
     job = subprocess.Popen(torchrun("hang", 1000, tmp_path), env=dict(os.environ, TRAIN_STEPS="1000", SLOW_RANK="1"),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        time.sleep(3)
+        marker, deadline = tmp_path / "hanging", time.monotonic() + 300
+        while not marker.exists():          # the slow rank has stopped before its all-reduce: watch from there
+            assert job.poll() is None and time.monotonic() < deadline, "the job ended or never reached the hang"
+            time.sleep(0.2)
         done, doc = watched(["--pid", str(job.pid), "--duration", "10"])
     finally:
         kill_tree(job)
@@ -308,7 +311,10 @@ def test_another_users_job_without_ptrace_drops_stacks_and_environ_with_one_line
     no_ptrace = ["setpriv", "--inh-caps=-all", "--bounding-set=-sys_ptrace", "--", sys.executable]
     job = subprocess.Popen([sys.executable, "-c", OTHER_USERS_JOB])
     try:
-        time.sleep(1)
+        deadline = time.monotonic() + 60
+        while f"Uid:\t65534" not in open(f"/proc/{job.pid}/status").read():     # the job is another user's now
+            assert time.monotonic() < deadline, "the job never changed its user"
+            time.sleep(0.05)
         done = subprocess.run(no_ptrace + ["-m", "gpuprep", "watch", "--json", "--pid", str(job.pid), "--duration", "4"],
                               capture_output=True, text=True, timeout=120, cwd=str(REPO))
         # whether this kernel lets such a process read the job's environment (Linux refuses; some sandboxes allow)

@@ -268,8 +268,11 @@ def import_table(text: str, origin: str) -> Snapshot:
         snap.software.cuda_driver_version = v.known(header.group(3)) if header.lastindex >= 3 else None
         snap.nvml = NvmlStatus(available=True)
     problem = _cut_short("\n".join(lines), lines, header is not None)
+    snap.gpus = _gpu_rows(lines)
+    if problem and not snap.gpus:
+        from ..errors import BadInput       # nothing left to judge: a structural cut, refused
+        raise BadInput(f"{origin}: the nvidia-smi table {problem} (cut short?); capture it whole")
     if problem:
         # what it shows is judged (an ERR! seen is a failure seen); gpu.capture-incomplete says the rest is unknown
         snap.incomplete = [f"{origin}: the nvidia-smi table {problem}"]
-    snap.gpus = _gpu_rows(lines)
     return snap

@@ -108,21 +108,31 @@ def judge_torch_arch(subject: str, torch_version: str, variant: str, cc: str,
                        f"PyTorch {wheel} runs on compute capability {cc} only through PTX JIT",
                        {**evidence, "ptx": row["ptx"]}, "Use a wheel built for this GPU (e.g. a newer cu12x/cu13x build)",
                        source)
-    # a wheel built with a CUDA older than the first to know this GPU cannot hold its kernels, inferred row or not
-    first = kb.first_cuda_for(cc)
-    built_with = cuda_of_variant(variant)
-    too_old = bool(first and built_with and version_key(built_with) < version_key(first["first_cuda"]))
-    severity = "warn" if inferred and not too_old else "fail"
-    if too_old:
-        evidence["note"] = (f"CUDA {built_with} predates CUDA {first['first_cuda']}, the first to build for compute "
-                            f"capability {cc}: no kernel of this wheel is for it, and it ships no PTX it could JIT")
+    return _no_kernels(subject, wheel, variant, cc, evidence, inferred, driver, source)
+
+
+def _no_kernels(subject: str, wheel: str, variant: str, cc: str, evidence: dict, inferred: bool,
+                driver: Optional[str], source: Optional[str]) -> Finding:
+    """No kernel and no PTX for the GPU: a fail, a warning where the arch list is only inferred, unless the wheel's
+    CUDA predates the GPU (then certain)."""
+    certain = _predates(variant, cc)
+    severity = "warn" if inferred and not certain else "fail"
+    if certain or inferred:
+        evidence["note"] = certain or "the arch list for this wheel is inferred, not measured"
     newer = _wheels_supporting(cc, driver)
     remedy = "Install a PyTorch wheel built for this GPU" + (f", e.g. {newer}" if newer else "")
-    if inferred and not too_old:
-        evidence["note"] = "the arch list for this wheel is inferred, not measured"
-    return Finding("compat.torch-arch", severity, subject,
-                   f"PyTorch {wheel} has no kernels for compute capability {cc}",
+    return Finding("compat.torch-arch", severity, subject, f"PyTorch {wheel} has no kernels for compute capability {cc}",
                    evidence, remedy, source)
+
+
+def _predates(variant: str, cc: str) -> Optional[str]:
+    """Why a wheel cannot hold kernels for `cc`, inferred arch list or not: its CUDA predates the first CUDA that
+    builds for it (a cu126 wheel and an RTX 5090). None when it does not."""
+    first, built_with = kb.first_cuda_for(cc), cuda_of_variant(variant)
+    if not (first and built_with and version_key(built_with) < version_key(first["first_cuda"])):
+        return None
+    return (f"CUDA {built_with} predates CUDA {first['first_cuda']}, the first to build for compute capability {cc}: "
+            "no kernel of this wheel is for it, and it ships no PTX it could JIT")
 
 
 def _wheels_supporting(cc: str, driver: Optional[str] = None) -> Optional[str]:

@@ -68,6 +68,13 @@ def _nccl_would_use(port, wanted: Optional[HcaList]) -> bool:
     return (port.link_layer or "").lower() == "infiniband"
 
 
+def _costs_nccl(port, wanted: Optional[HcaList], serving: set) -> bool:
+    """A down port NCCL would use. NCCL uses only ACTIVE ports: the uncabled second port of an HCA whose other port
+    serves costs nothing, unless NCCL_IB_HCA names that very port."""
+    spare = port.name in serving and not (wanted and wanted.names_port(port.name, port.port))
+    return _nccl_would_use(port, wanted) and not spare
+
+
 @rule("net.ib-port-down")
 def ports_down(snap, ctx):
     ports = snap.rdma_devices or []
@@ -78,10 +85,7 @@ def ports_down(snap, ctx):
         active, up = port_active(port), link_up(port)
         if active is not False and up is not False:
             continue
-        # NCCL uses only ACTIVE ports: the uncabled second port of an HCA whose other port serves costs nothing,
-        # unless NCCL_IB_HCA names that very port
-        spare = port.name in serving and not (wanted and wanted.names_port(port.name, port.port))
-        severity = "fail" if _nccl_would_use(port, wanted) and not spare else "warn"
+        severity = "fail" if _costs_nccl(port, wanted, serving) else "warn"
         state = ", ".join(v for v in (port.state, port.phys_state) if v) or ("netdev down" if port.netdev_up is False
                                                                               else "down")
         findings.append(Finding("net.ib-port-down", severity, subject(port), f"RDMA port not active: {state}",

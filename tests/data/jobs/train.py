@@ -112,6 +112,7 @@ def watched(model, loader, optimiser, slow, steps):
         loss = torch.nn.functional.mse_loss(model(x), y)
         optimiser.zero_grad()
         if slow and MODE == "hang":
+            open(os.path.join(OUT, "hanging"), "w").close()      # the state a test waits for, never a fixed sleep
             time.sleep(3600)        # never joins the gradient all-reduce: the other rank waits in it
         if slow:
             torch.randn(1200, 1200) @ torch.randn(1200, 1200)
