@@ -278,7 +278,7 @@ def burnin(seconds: float = 60.0, *, ranks: Optional[int] = None, backend: str =
     with `nnodes` > 1, this host is node `node_rank` of a run whose rendezvous is `master` (HOST:PORT).
     `on_start(backend, ranks_per_node)` is called once the run is about to start on this host. `baseline`: a
     passing burn-in report of this node (`burnin --json -o`) whose all-reduce sweep this run is held to (read before
-    the run: a bad one is BadInput naming the file and field)."""
+    the run: a bad one is BadInput naming the file and field; on one node, it must be this node's own run)."""
     from . import arguments as a
     from .burnin import torch_problem
     from .burnin.torchrun import launch
@@ -289,7 +289,7 @@ def burnin(seconds: float = 60.0, *, ranks: Optional[int] = None, backend: str =
     a.whole("nnodes", nnodes, minimum=1), a.whole("node_rank", node_rank, minimum=0)
     a.seconds("rdzv_timeout", rdzv_timeout)
     a.text("master", master), a.text("inventory", inventory)
-    known_good = burnin_baseline(a.text("baseline", baseline)) if baseline else None
+    known_good = burnin_baseline(a.text("baseline", baseline), this_node=not inventory) if baseline else None
     if node_rank >= nnodes:
         raise bad_argument("node_rank", lambda name: f"{node_rank} must be below {name('nnodes')} {nnodes}")
     if nnodes > 1 and not master:
@@ -317,7 +317,7 @@ def burnin(seconds: float = 60.0, *, ranks: Optional[int] = None, backend: str =
     return BurninResult(run, judge(run, known_good), chosen, seconds)
 
 
-def burnin_baseline(path: str):
+def burnin_baseline(path: str, this_node: bool = True):
     """The known-good run a burn-in report at `path` gives (burnin.report_schema.Baseline); BadInput naming the file
     and the field otherwise. A FIFO or device is refused, never waited on; a report past the size limit is not read
     in part."""
@@ -332,8 +332,10 @@ def burnin_baseline(path: str):
         document = json.loads(data)
     except (OSError, ValueError, RecursionError) as exc:
         raise BadInput(f"{path}: {str(getattr(exc, 'strerror', None) or exc)[:160]}") from None
+    import socket
+    import time
     try:
-        return baseline_from(document, path)
+        return baseline_from(document, path, host=socket.gethostname() if this_node else None, now=time.time())
     except ValueError as exc:
         raise BadInput(f"{path}: {exc}") from None
 
@@ -535,11 +537,13 @@ def slurm_hook(hook: str, *, sources: Sequence[str] = (), profile_name: Optional
         result = check(facts=facts, profile_name=profile_name, skip=skip, only=only)
         found = adapters.problems(result.findings, result.settings)
         gpus = [v for g in facts.gpus or [] for v in (g.uuid, g.pci_bus_id) if v]
-        gate = slurm.Gate(require_burnin, within, socket.gethostname(), gpus)
+        gate = slurm.Gate(require_burnin, within, name, gpus)      # the Slurm node name this hook judges
         outcome = slurm.act(name, found, slurm.Scontrol(scontrol), gate, facts_at=facts_at)
-    line = f"gpuprep slurm {hook}: node {name}: {outcome.action.kind} ({outcome.action.why})"
+    from .report.sanitize import text_safe
+    # a burn-in report's or a watch document's words reach this line: one line each, escaped, never a forged one
+    line = text_safe(f"gpuprep slurm {hook}: node {name}: {outcome.action.kind} ({outcome.action.why})")
     if job_report and hook == "epilog" and job:
-        line += "\n" + slurm.write_job_report(job, start, job_report, os.environ)
+        line += "\n" + text_safe(slurm.write_job_report(job, start, job_report, os.environ))
     return (1 if found and hook in ("healthcheck", "prolog") else 0), line
 
 

@@ -115,7 +115,8 @@ def _connection():
         except click.exceptions.Abort:
             raise BadInput("-K: no become password was read (the prompt needs a terminal on standard input)") from None
     return Connection(user=given.get("user"), private_key=given.get("private_key"),
-                      become_method=given.get("become_method"), become_password=password)
+                      become_method=given.get("become_method"), become_password=password,
+                      no_become=bool(given.get("no_become")))
 
 
 def _fleet_options(fn):
@@ -124,6 +125,10 @@ def _fleet_options(fn):
                                                "python3; nothing is installed)."),
         click.option("--limit", help="Only hosts matching this Ansible pattern (with -i)."),
         click.option("--forks", type=click.IntRange(1, 500), help="Hosts probed at once (default: up to 50)."),
+        click.option("--no-become", "no_become", is_flag=True, expose_value=False,
+                     callback=lambda ctx, param, value: ctx.meta.setdefault("connection", {}).update(no_become=value),
+                     help="With -i: probe as the connecting user, without sudo (the kernel log may then be unreadable "
+                          "where dmesg_restrict is set)."),
     ]
     for option in reversed(options):
         fn = option(fn)

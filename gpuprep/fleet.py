@@ -114,8 +114,12 @@ def _member(text: str, path: str) -> Member:
     except ValueError as exc:
         raise BadInput(f"{path}: not valid JSON ({exc})") from None
     if isinstance(data, dict) and data.get("schema") == PROBE_ERROR_SCHEMA:
-        return Member(str(data.get("host") or stem), None, str(data.get("status") or "probe-failed"),
-                      str(data.get("problem") or "no snapshot"))
+        for field in ("host", "status", "problem"):
+            if data.get(field) is not None and not isinstance(data[field], str):
+                raise BadInput(f"{path}: {field}: expected a string in a probe-error document, got "
+                               f"{type(data[field]).__name__}")
+        return Member(data.get("host") or stem, None, data.get("status") or "probe-failed",
+                      (data.get("problem") or "no snapshot")[:2000])
     snap = Snapshot.from_json(text, os.path.basename(path))
     from .report import host_name
     return Member(host_name(snap) if snap.sources or snap.system.hostname else stem, snap)
@@ -153,6 +157,8 @@ def gather(inventory: str, limit: Optional[str], forks: Optional[int],
     from .ansible.runner import ApplyRequest, run
     from .zipapp import probe_zipapp
     variables = {"gpuprep_probe_pyz": probe_zipapp()}
+    if connection is not None and connection.no_become:
+        variables["gpuprep_check_become"] = False
     # Ansible's own strategy: the probe runs through `script`, which needs no Python on the host to start,
     # so a host without python3 is reported as such instead of failing Mitogen's bootstrap.
     outcome = run(ApplyRequest(playbook="check.yml", inventory=inventory, limit=limit, forks=forks,

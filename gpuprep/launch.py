@@ -52,7 +52,9 @@ def rank_plan(plan_file: Optional[str], mode: str, environ: Dict[str, str], plan
                  f"thread counts are that host's")
     else:
         size = environ.get("LOCAL_WORLD_SIZE")
-        nproc = int(size) if size and size.isdigit() else None
+        # torchrun says how many ranks share this host; outside it this process is the one rank (local rank 0),
+        # one GPU's worth of the host or, without GPUs, one CPU rank
+        nproc = int(size) if size and size.isdigit() else (None if "LOCAL_RANK" in environ else 1)
         plan = planner(ranks=nproc, mode=mode, visible=environ.get("CUDA_VISIBLE_DEVICES"),
                         allowed=os.sched_getaffinity(0))
     if rank >= len(plan.ranks):

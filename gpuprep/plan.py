@@ -299,7 +299,7 @@ def _chosen_gpus(snap: Snapshot, nproc: Optional[int], visible: Optional[Sequenc
         raise BadInput(f"{nproc} ranks per node: the host has {len(gpus)} GPUs{' visible' if visible is not None else ''} "
                        "(one rank per GPU)")
     if not gpus and nproc is None:
-        raise BadInput("no GPUs found: give the number of CPU ranks per node to plan")
+        raise BadInput(lambda name: f"no GPUs found: give the number of CPU ranks per node to plan with {name('ranks')} N")
     return gpus
 
 

@@ -123,7 +123,7 @@ class Gate:
 
 def burnin_gate(gate: Gate, now: float, drained_at: Optional[float] = None) -> Optional[str]:
     """None when a drained node may return: no burn-in asked for, or the report passes every test of Gate;
-    otherwise why not."""
+    otherwise every reason why not, in one line."""
     if not gate.path:
         return None
     path = gate.path
@@ -133,17 +133,25 @@ def burnin_gate(gate: Gate, now: float, drained_at: Optional[float] = None) -> O
         return f"no readable burn-in report at {path} ({str(getattr(exc, 'strerror', None) or exc)[:80]})"
     if not isinstance(document, dict) or not str(document.get("schema", "")).startswith("gpuprep.burnin/"):
         return f"{path} is not a gpuprep burn-in report"
-    if document.get("verdict") != "pass":
-        return f"the burn-in in {path} did not pass (verdict {str(document.get('verdict'))[:20]})"
-    problem = _report_ranks_problem(document, gate)
-    if problem:
-        return f"the passing burn-in in {path} {problem}"
+    problems = [p for p in (_verdict_problem(document), _report_ranks_problem(document, gate),
+                            _date_problem(document, gate, now, drained_at)) if p]
+    return f"the burn-in in {path}: " + "; ".join(problems) if problems else None
+
+
+def _verdict_problem(document: dict) -> Optional[str]:
+    verdict = document.get("verdict")
+    return None if verdict == "pass" else f"did not pass (verdict {str(verdict)[:20]!r})"
+
+
+def _date_problem(document: dict, gate: Gate, now: float, drained_at: Optional[float]) -> Optional[str]:
     stamp = _timestamp(document.get("generated_at"))
     age = now - stamp
-    if gate.within_seconds is not None and not 0 <= age <= gate.within_seconds:
-        return f"the passing burn-in in {path} is {age / 3600:.1f} h old (at most {gate.within_seconds / 3600:.1f} h)"
+    if age < -300:
+        return f"is dated {-age / 86400:.1f} day(s) ahead of this node's clock"
+    if gate.within_seconds is not None and not age <= gate.within_seconds:
+        return f"is {age / 3600:.1f} h old (at most {gate.within_seconds / 3600:.1f} h)"
     if drained_at is not None and stamp < drained_at:
-        return f"the passing burn-in in {path} ran before the node was drained"
+        return "ran before the node was drained"
     return None
 
 
@@ -155,17 +163,18 @@ def _report_ranks_problem(document: dict, gate: Gate) -> Optional[str]:
         return f"is malformed ({str(exc)[:80]})"
     if not ranks:
         return "has no ranks"
+    problems = []
     short = gate.host.split(".")[0]
     hosts = {str(r.get("host") or "").split(".")[0] for r in ranks}
     if short and short not in hosts:
-        return f"ran on {', '.join(sorted(hosts))[:60]}, not on this node ({short})"
+        problems.append(f"ran on {', '.join(sorted(hosts))[:60]}, not on this node ({short})")
     seen = {str(r.get(k)) for r in ranks for k in ("gpu_uuid", "pci_bus_id") if r.get(k)}
     missing = [g for g in gate.gpus if g not in seen]
     if gate.gpus and seen and len(missing) == len(gate.gpus):
-        return "did not run on this node's GPUs"
-    if gate.gpus and seen and missing:
-        return f"did not cover every GPU of this node ({len(missing)} missing)"
-    return None
+        problems.append("did not run on this node's GPUs")
+    elif gate.gpus and seen and missing:
+        problems.append(f"did not cover every GPU of this node ({len(missing)} missing)")
+    return "; ".join(problems) or None
 
 
 def parse_age(text: str) -> float:
@@ -228,9 +237,10 @@ def journal(lines: Sequence[str]) -> None:
         import syslog
     except ImportError:
         return
+    from .report.sanitize import text_safe
     syslog.openlog("gpuprep", 0, syslog.LOG_DAEMON)
-    for line in lines:
-        syslog.syslog(syslog.LOG_WARNING, line)
+    for line in lines:      # words from a node or a report: one journal line each, control characters escaped
+        syslog.syslog(syslog.LOG_WARNING, text_safe(line))
 
 
 @dataclass

@@ -544,10 +544,31 @@ def _build_dataclass(tp, value, path: str):
     # a section written as null is an unknown section: its defaults (every field unknown), not None
     kwargs = {k: _build(hints[k], v, f"{path}.{k}" if path else k) for k, v in value.items()
               if k in known and not (v is None and dataclasses.is_dataclass(hints[k]))}
+    for name, text in kwargs.items():
+        form = _FORMATS.get((tp.__name__, name))
+        if form and isinstance(text, str) and not form[0].fullmatch(text):
+            raise _at(f"{path}.{name}" if path else name, f"{text[:40]!r} is not {form[1]}")
     try:
         return tp(**kwargs)
     except TypeError as exc:            # a required field missing
         raise _at(path, f"{tp.__name__}: {exc}") from None
+
+
+# strings the rules read as numbers or addresses: a saved file's value is checked against its form on load, so
+# a rule never meets "nine" where a compute capability belongs
+_BUS_ID = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+_VERSION = r"\d{1,4}(\.\d{1,6}){0,3}"
+_FORMATS = {
+    ("Gpu", "pci_bus_id"): (re.compile(_BUS_ID), "a PCI bus id like 00000000:3B:00.0"),
+    ("Gpu", "compute_capability"): (re.compile(r"\d{1,2}\.\d{1,2}"), "a compute capability like 9.0"),
+    ("XidEvent", "pci"): (re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(\.[0-9A-Fa-f])?"),
+                          "a PCI address like 0000:3b:00"),
+    ("Software", "driver_version"): (re.compile(_VERSION), "a driver version like 550.90.07"),
+    ("Software", "cuda_driver_version"): (re.compile(_VERSION), "a CUDA version like 12.4"),
+    ("TorchInfo", "cuda"): (re.compile(_VERSION), "a CUDA version like 12.4"),
+    ("TorchInfo", "version"): (re.compile(r"\d{1,3}\.\d{1,3}[0-9A-Za-z.+_-]{0,60}"), "a PyTorch version like 2.5.1+cu124"),
+    ("Toolkit", "version"): (re.compile(_VERSION), "a CUDA toolkit version like 12.4.131"),
+}
 
 
 def _in_range(value, path: str) -> None:

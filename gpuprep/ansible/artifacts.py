@@ -37,9 +37,13 @@ def secret_strings(extravars: Dict[str, object]) -> List[str]:
 def _forms(secret: str) -> Iterable[str]:
     """The secret as it can appear in an artifact or Ansible's output: raw; as JSON writes it inside a string
     (ASCII-escaped or not); as Python's repr writes it (Ansible's -vvvv); and each of those once more inside a JSON
-    string (ansible-runner's `command` artifact holds the -e JSON as a string of its own JSON)."""
-    once = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]}
+    string, a repr or a shell word (ansible-runner puts the -e values on Ansible's command line as JSON, which is
+    shown as a Python list or a shell command: a quote in the value is escaped twice over)."""
+    once = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1],
+            repr(secret + "'")[1:-2]}
     twice = {json.dumps(form, ensure_ascii=ascii)[1:-1] for form in once for ascii in (True, False)}
+    twice |= {repr(form)[1:-1] for form in once} | {repr(form + "'")[1:-2] for form in once}
+    twice |= {form.replace("'", "'\"'\"'") for form in once}
     return sorted(once | twice, key=len, reverse=True)
 
 

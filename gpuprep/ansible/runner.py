@@ -33,6 +33,7 @@ class Connection:
     private_key: Optional[str] = None
     become_method: Optional[str] = None
     become_password: Optional[str] = None
+    no_become: bool = False      # check -i/snapshot -i --no-become: the probe runs as the connecting user
 
     def argv(self) -> List[str]:
         out: List[str] = []

@@ -103,17 +103,51 @@ class Baseline:
     generated_at: Optional[str] = None
 
 
-def baseline_from(report: Any, source: str) -> Baseline:
-    """The baseline a passing burn-in report gives; ValueError names the first bad field, or says why the report
-    cannot be one (it did not pass, or it has no all-reduce sweep)."""
+BASELINE_SCHEMA = "gpuprep.burnin/1"
+# no link moves more than this (NVLink 5 is 900 GB/s per GPU): a higher busbw is a forged or broken figure
+MAX_BUSBW_GBS = 10_000.0
+
+
+def baseline_from(report: Any, source: str, host: Optional[str] = None, now: Optional[float] = None) -> Baseline:
+    """The baseline a passing burn-in report of this node gives; ValueError names the first bad field, or says why
+    the report cannot be one: another schema, another node (`host`), a date ahead of `now`, a run that did not pass,
+    no all-reduce sweep, a busbw no link moves."""
     ranks = [typed(rank, f"ranks[{i}]") for i, rank in enumerate(checked_ranks(report))]
+    if report.get("schema") != BASELINE_SCHEMA:
+        raise ValueError(f"schema: {str(report.get('schema'))[:40]!r} is not {BASELINE_SCHEMA}, the burn-in report "
+                         "this gpuprep reads")
     if report.get("verdict") != "pass":
-        raise ValueError(f"verdict: the baseline burn-in did not pass ({str(report.get('verdict'))[:20]})")
+        raise ValueError(f"verdict: the baseline burn-in did not pass ({str(report.get('verdict'))[:20]!r})")
+    others = sorted({r.host for r in ranks if r.host and host and r.host != host})
+    if others:
+        raise ValueError(f"ranks[].host: the baseline is another node's run ({', '.join(o[:64] for o in others[:3])}),"
+                         f" not this node's ({host[:64]})")
+    stamp = report.get("generated_at")
+    _check_date(stamp, now)
     swept = sorted((r for r in ranks if r.allreduce), key=lambda r: r.rank)
     if not swept:
         raise ValueError("ranks[].allreduce: the baseline has no all-reduce sweep (a one-rank run?)")
     first = swept[0]
-    stamp = report.get("generated_at")
+    for i, row in enumerate(first.allreduce):
+        if not (0 < row.busbw_gbs <= MAX_BUSBW_GBS) or not 0 < row.bytes <= 1 << 40:
+            raise ValueError(f"ranks[{first.rank}].allreduce[{i}]: busbw {row.busbw_gbs!r} GB/s at {row.bytes!r} "
+                             f"bytes is no measurement (0 < busbw <= {MAX_BUSBW_GBS:g})")
     return Baseline(source, first.gpu_name, first.world_size, first.backend, list(first.allreduce),
                     stamp if isinstance(stamp, str) else None)
+
+
+def _check_date(stamp: Any, now: Optional[float]) -> None:
+    """generated_at, where given, is an ISO date, and not ahead of `now` (a clock or a forgery)."""
+    if stamp is None or now is None:
+        return
+    import datetime as dt
+    try:
+        when = dt.datetime.fromisoformat(str(stamp))
+    except ValueError:
+        raise ValueError(f"generated_at: {str(stamp)[:40]!r} is not an ISO date") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    ahead = when.timestamp() - now
+    if ahead > 300:
+        raise ValueError(f"generated_at: {stamp[:40]} is {ahead / 86400:.1f} day(s) ahead of this host's clock")
 

@@ -132,9 +132,9 @@ def import_files(paths: Iterable[str], allow_mixed: bool = False) -> Snapshot:
     combined: Optional[Snapshot] = None
     seen = set()
     for path in paths:
-        log = _large_kernel_log(path)
+        log = _large_log(path)
         if log is not None:
-            combined = _merged(combined, kernel_log.import_kernel_log(log, os.path.basename(path)))
+            combined = _merged(combined, log)
             continue
         text = read_capture(path)
         digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
@@ -157,10 +157,23 @@ def _merged(combined: Optional[Snapshot], part: Snapshot) -> Snapshot:
     return part if combined is None else merge(combined, part)
 
 
-def _large_kernel_log(path: str) -> Optional[str]:
+FABRIC_LOG_TAIL = 16 << 20
+
+
+def _head_and_tail(fh, head: str, size: int) -> str:
+    """A large log's first lines and its last FABRIC_LOG_TAIL bytes, from a line's start: bounded memory, and the
+    end (what the service says now) is never cut off."""
+    fh.buffer.seek(max(0, size - FABRIC_LOG_TAIL))
+    tail = fh.buffer.read(FABRIC_LOG_TAIL).decode("utf-8", errors="replace")
+    return head[:head.rfind("\n") + 1] + tail[tail.find("\n") + 1:]
+
+
+def _large_log(path: str) -> Optional[Snapshot]:
     """A kernel log above the capture size limit (busy nodes log hundreds of megabytes): only its GPU lines,
-    read line by line. None for anything else, which read_capture then bounds as usual."""
+    read line by line; a Fabric Manager log: its start and its end. None for anything else, which read_capture then
+    bounds as usual."""
     import stat
+    from ..output import note_input
     try:
         info = os.stat(path)
     except OSError:
@@ -170,9 +183,13 @@ def _large_kernel_log(path: str) -> Optional[str]:
     try:
         with open(path, encoding="utf-8", errors="replace", newline=None) as fh:
             head = fh.read(1 << 16)
-            # a Fabric Manager log is time-stamped too, but its errors are not kernel GPU lines: over the limit it
-            # is refused (read_capture), never reduced to the kernel lines it does not have
-            if not kernel_log.looks_like_log_lines(head) or fabricmanager.looks_like_fabric_manager(head):
+            # a Fabric Manager log is time-stamped too, but its errors are not kernel GPU lines: it is read from its
+            # start (the version, the NVSwitches configured) and its end (the state now, the last errors)
+            if fabricmanager.looks_like_fabric_manager(head):
+                text = _head_and_tail(fh, head, info.st_size)
+                note_input(path)
+                return fabricmanager.import_fabric_manager(text, os.path.basename(path))
+            if not kernel_log.looks_like_log_lines(head):
                 return None
             fh.seek(0)
             kept, size = [], 0
@@ -183,6 +200,5 @@ def _large_kernel_log(path: str) -> Optional[str]:
                 kept.append(line)
     except OSError as exc:
         raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
-    from ..output import note_input
     note_input(path)
-    return "".join(kept)
+    return kernel_log.import_kernel_log("".join(kept), os.path.basename(path))

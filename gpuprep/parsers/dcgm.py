@@ -97,7 +97,45 @@ def diag_from_json(data: Any) -> Dcgm:
 
 
 def import_diag_json(text: str, origin: str) -> Snapshot:
-    return Snapshot(sources=[origin], dcgm=diag_from_json(json.loads(text)))
+    return Snapshot(sources=[origin], dcgm=diag_from_text(text))
+
+
+def diag_from_text(text: str) -> Dcgm:
+    """`dcgmi diag -j` output, whole or cut short: a cut document is read up to its last complete object (a test
+    shown failing there is a failure seen) and marked truncated (the tests after the cut are unknown)."""
+    try:
+        return diag_from_json(json.loads(text))
+    except ValueError:
+        whole = closed_prefix(text)
+        if whole is None:
+            raise
+    dcgm = diag_from_json(json.loads(whole))
+    dcgm.truncated = True
+    return dcgm
+
+
+_CLOSERS = {"{": "}", "[": "]"}
+
+
+def closed_prefix(text: str, limit: int = 1 << 24) -> Optional[str]:
+    """A JSON document cut short, made whole: its text up to the last complete object or array, with the
+    brackets still open there closed. None when nothing complete opens it."""
+    stack: List[str] = []
+    best: Optional[str] = None
+    in_string = escaped = False
+    for at, ch in enumerate(text[:limit]):
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in _CLOSERS:
+            stack.append(ch)
+        elif ch in "}]" and stack:
+            stack.pop()
+            if stack:
+                best = text[:at + 1] + "".join(_CLOSERS[c] for c in reversed(stack))
+    return best if stack else None
 
 
 def _cells(line: str) -> Optional[tuple]:

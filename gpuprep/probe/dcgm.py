@@ -8,7 +8,7 @@ import json
 import shutil
 import subprocess
 
-from ..parsers.dcgm import diag_from_json, health_from_json
+from ..parsers.dcgm import closed_prefix, diag_from_json, health_from_json
 from ..snapshot import Dcgm
 
 LEVEL_SECONDS = {1: 300, 2: 1200, 3: 3600, 4: 3 * 3600}     # far above what each level takes on 8 GPUs
@@ -26,6 +26,9 @@ def _dcgmi(*args: str, timeout: float):
     try:
         data = json.loads(done.stdout)
     except (ValueError, RecursionError):
+        whole = closed_prefix(done.stdout)      # a report cut short: what it shows (a failed test) still counts
+        if whole is not None:
+            return json.loads(whole), f"dcgmi {args[0]}'s report was cut short (exit {done.returncode})"
         return None, f"dcgmi {args[0]} answered no report ({said[-1][:160] if said else f'exit {done.returncode}'})"
     return data, (f"dcgmi {args[0]} exited {done.returncode}" + (" (DCGM_ST_NVVS_ERROR: the diagnostic itself "
                   "failed)" if done.returncode == 226 else "") if done.returncode else None)
