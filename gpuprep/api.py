@@ -561,7 +561,8 @@ def nccl_env(sources: Sequence[str] = (), *, root: Optional[str] = None, default
     if default_interface:
         facts["default_interface"] = default_interface
     if snap is not None:
-        gpu_count = len(snap.gpus) if snap.gpus else None      # a capture without GPU facts: unknown, not 0
+        from .snapshot import gpu_count as counted
+        gpu_count = counted(snap)          # a capture without GPU facts: unknown, not 0
     else:
         from .burnin import detect_gpus
         gpu_count = detect_gpus()

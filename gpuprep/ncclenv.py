@@ -22,8 +22,6 @@ def facts_from_snapshot(snap: Snapshot) -> dict:
 
 def _plan_threads(snap: Snapshot) -> Optional[int]:
     from .plan import make_plan
-    if not snap.gpus:
-        return None
     try:
         ranks = make_plan(snap).ranks
     except BadInput:

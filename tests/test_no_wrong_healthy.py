@@ -118,3 +118,32 @@ def test_a_dcgm_that_failed_is_never_healthy(failed):
                                           DcgmTest(name="pcie", status="Pass")])
     not_healthy(monitors(Snapshot(dcgm=partial)), acted_on=False)
     not_healthy(monitors(Snapshot(dcgm=dataclasses.replace(partial, tests=None))), acted_on=False)
+
+
+# -- the other way: a healthy node with any one fact unknown never fails --------------------------------------
+
+HEALTHY = ["h100-sxm-x8.nvidia-smi-q.txt", "a10.nvidia-smi-q.txt", "h200.nvidia-smi-q.txt", "l40s.nvidia-smi-q.txt",
+           "rtx4090-x8.nvidia-smi-q.txt", "dual-rtx-a5000.nvidia-smi-q.xml", "gh200.nvidia-smi-q.txt",
+           "gb10-dgx-spark-load.nvidia-smi.txt", "h100-sxm-x8.nvidia-smi.txt"]
+
+
+def _unknowns(snap):
+    """(what, a copy of snap with that one fact unknown): every field of the first GPU, of the software and the
+    system sections, and NVML's own status."""
+    for section, owner in (("gpu", lambda s: s.gpus[0]), ("software", lambda s: s.software),
+                           ("system", lambda s: s.system), ("nvml", lambda s: s.nvml)):
+        for field in dataclasses.fields(owner(snap)):
+            if field.name == "index" or getattr(owner(snap), field.name) is None:
+                continue
+            copy = Snapshot.from_dict(snap.to_dict())
+            setattr(owner(copy), field.name, None)
+            yield f"{section}.{field.name}", copy
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_a_healthy_capture_with_any_one_fact_unknown_never_fails(name):
+    snap = import_files([str(CORPUS / name)])
+    assert not [f for f in evaluate(snap) if f.severity == "fail"], name          # healthy as captured
+    wrong = [(what, [(f.id, f.title) for f in evaluate(copy) if f.severity == "fail"])
+             for what, copy in _unknowns(snap)]
+    assert not [w for w in wrong if w[1]], [w for w in wrong if w[1]]

@@ -255,7 +255,7 @@ def render_findings(findings: List[Finding], out: Writer, verbose: bool, waived:
     out.line()
     if not findings:
         out.line(out.paint("NOTHING CHECKED: no check applied to these facts (see --only/--skip, and what the "
-                           "facts hold)", "warn"))
+                           "facts hold)" + (f"; not judged: {'; '.join(unjudged)}" if unjudged else ""), "warn"))
     else:
         word, style = _HEADLINE[verdict] if verdict else _verdict_style(counts["fail"], counts["warn"])
         tally = f"{counts['fail']} fail, {counts['warn']} warn, {counts['info']} info, {counts['pass']} pass"
