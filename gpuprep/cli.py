@@ -199,7 +199,14 @@ def _chosen_format(fmt, as_json, output) -> str:
         return "json"
     if fmt:
         return fmt
-    return BY_EXTENSION.get(os.path.splitext(output)[1].lower(), "text") if output else "text"
+    if not output:
+        return "text"
+    suffix = os.path.splitext(output)[1].lower()
+    if suffix and suffix not in BY_EXTENSION:       # report.pdf holding text would be a lie about its content
+        from .errors import BadInput
+        raise BadInput(f"-o {output}: gpuprep does not write {suffix} files; use one of "
+                       f"{', '.join(sorted(BY_EXTENSION))}, or --format with any name")
+    return BY_EXTENSION.get(suffix, "text")
 
 
 def _emit(document: dict, fmt: str, output, verbose: bool = False, drift_groups: bool = False) -> None:
@@ -352,8 +359,19 @@ def watch(command, pid, duration, interval, node_sources, live_node, fmt, as_jso
                        node=node, on_sample=live, job_stdout=job_stdout)
     document = result.document()
     _emit(document, fmt, output, verbose)
-    if result.facts.exit_code:
-        return result.facts.exit_code
+    return _watch_exit(result.facts, document)
+
+
+def _watch_exit(facts, document) -> int:
+    """The job's own exit code; a job killed by signal N, or a watch stopped by it, exits 128+N as shells do;
+    else the verdict's."""
+    code = facts.exit_code
+    if code is not None and code < 0:
+        return 128 - code
+    if code:
+        return code
+    if facts.signal:
+        return 128 + facts.signal
     return _verdict_exit(document)
 
 
@@ -399,8 +417,8 @@ def compat(driver, cuda, cudnn, torch_version, gpu, cc, as_json):
 @cli.command()
 @click.option("--from", "sources", multiple=True, metavar="FILE",
               help="Plan for captures (topo -m, numactl -H, lscpu, -q, a snapshot) instead of this host. Repeatable.")
-@click.option("--nproc-per-node", "nproc", type=int, help="Ranks on this node (default: one per GPU; required "
-                                                           "without GPUs, for CPU ranks).")
+@click.option("--nproc-per-node", "--nproc", "nproc", type=int, help="Ranks on this node (default: one per GPU; "
+                                                                      "required without GPUs, for CPU ranks).")
 @click.option("--mode", type=click.Choice(["exclusive", "node", "socket"]), default="exclusive", show_default=True,
               help="CPU binding, as torchrun --numa-binding computes it.")
 @click.option("--cuda-visible-devices", "visible", metavar="LIST",

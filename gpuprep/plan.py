@@ -454,7 +454,8 @@ def plan_findings(host: str, snap: Snapshot, ranks: List[Rank], numa: Dict[int, 
            if r.physical_cores < MIN_CORES_PER_RANK]
     if few:
         findings.append(Finding(
-            "plan.few-cores", "warn", host, f"Ranks with fewer than {MIN_CORES_PER_RANK} physical cores",
+            "plan.few-cores", "warn", host, f"Ranks with fewer than {MIN_CORES_PER_RANK} physical cores: " +
+            ", ".join(f"rank {r['rank']} has {r['physical_cores']}" for r in few[:8]) + (" ..." if len(few) > 8 else ""),
             {"ranks": few, "threshold": MIN_CORES_PER_RANK},
             "The rank's own threads and its DataLoader workers compete for them; fewer ranks per node, fewer "
             "workers, or a host with more cores per GPU"))

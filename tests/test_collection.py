@@ -20,6 +20,22 @@ BIN = Path(sys.executable).parent
 NODE = "gpuprep-collection-1"
 
 
+def test_the_committed_copies_are_current():
+    """The collection's git tree installs as it stands, so the copies tools/build_collection.py makes of the package's
+    shared modules, GPU table and license are committed: each must be what regenerating would write. Compared with
+    git's index, not the working tree (another test may have regenerated it)."""
+    builder = collection_builder()
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    stale = []
+    for target, source in {**builder.SHARED_MODULES, **builder.SHARED_FILES}.items():
+        path = f"collection/{target}"
+        committed = subprocess.run(["git", "-C", str(REPO), "show", f":{path}"], capture_output=True)
+        if committed.returncode != 0 or committed.stdout != builder.content(REPO, target, source):
+            stale.append(f"{path} (from {source})")
+    assert not stale, "run tools/build_collection.py and commit: " + ", ".join(stale)
+
+
 def galaxy_version():
     return yaml.safe_load((REPO / "collection" / "galaxy.yml").read_text())["version"]
 
@@ -28,7 +44,7 @@ def galaxy_version():
 def installed(tmp_path_factory):
     """The built tarball and the empty collections path it was installed into."""
     out = tmp_path_factory.mktemp("build")
-    collection_builder().sync(REPO)
+    # no build step first: the tree as committed is the collection (test_the_committed_copies_are_current)
     built = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(out), str(REPO / "collection")],
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stdout + built.stderr

@@ -1,7 +1,8 @@
 """Make collection/ a complete Ansible collection (gpuprep.node) by copying into it what it shares with the
 gpuprep package, whose copy is the one that is edited and tracked: the standard-library modules the
 collection's modules import from plugins/module_utils, the GPU table two roles read, and the license.
-The copies are build outputs (ignored by git), rewritten only when their source changed.
+The copies are committed, so the collection's git tree installs as it stands (a test checks that each is what this
+writes); they are rewritten only when their source changed.
 
 The one build step for every consumer: setup.py (the wheel carries the collection), gpuprep.resources (a source
 checkout's `gpuprep apply`, the tests and Molecule), and a collection build by hand:
@@ -61,7 +62,7 @@ def _standard_library_only(path: Path) -> None:
                                  "the collection may import the standard library only")
 
 
-def _content(repo: Path, target: str, source: str) -> bytes:
+def content(repo: Path, target: str, source: str) -> bytes:
     path = repo / source
     if target in SHARED_MODULES:
         _standard_library_only(path)
@@ -86,7 +87,7 @@ def sync(repo: Path = REPO) -> List[str]:
         raise BuildError(f"{collection}: no galaxy.yml: not a gpuprep source tree")
     written = []
     for target, source in {**SHARED_MODULES, **SHARED_FILES}.items():
-        if _write(collection / target, _content(repo, target, source)):
+        if _write(collection / target, content(repo, target, source)):
             written.append(target)
     return written
 

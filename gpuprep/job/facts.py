@@ -69,6 +69,7 @@ class WatchRank:
     samples: int = 0
     main_thread: Optional[Dict[str, float]] = None   # stack-class shares (dataloader, sync, collective, ...), %
     stack_samples: int = 0
+    startup_samples: int = 0                         # stack samples before the first step frame, left out of the shares
     last_stack: Optional[str] = None                 # where the main thread was at the last stack sample
     cpu_pct: List[float] = field(default_factory=list)
     cpu_seconds: List[float] = field(default_factory=list)
@@ -101,11 +102,12 @@ class WatchFacts:
     exit_code: Optional[int] = None                   # `watch -- CMD`: the job's own exit code
     nccl_transports: List[str] = field(default_factory=list)   # what NCCL's log said it used: IB, Socket, ...
     job_ended: bool = False                           # the job ended while watched (no hang can be judged)
+    signal: Optional[int] = None                      # the signal that stopped the watch (SIGINT, SIGTERM), if any
 
     def to_dict(self) -> dict:
         return {"ranks": [r.to_dict() for r in self.ranks], "seconds": round(self.seconds, 1),
                 "samples": self.samples, "notes": self.notes, "exit_code": self.exit_code,
-                "nccl_transports": self.nccl_transports, "job_ended": self.job_ended}
+                "nccl_transports": self.nccl_transports, "job_ended": self.job_ended, "signal": self.signal}
 
 
 def _share(part, whole) -> Optional[float]:
@@ -114,12 +116,14 @@ def _share(part, whole) -> Optional[float]:
 
 def watch_rank(process) -> WatchRank:
     """A watch.RankProcess's samples as typed facts (percentages against each GPU's own maxima)."""
-    from .stacks import shares
+    from .stacks import shares, steady
     g = process.gpu_samples
+    kept = steady(process.stacks)
     return WatchRank(rank=process.rank if process.rank is not None else process.local_rank, pid=process.pid,
                      gpu=process.gpu_uuid, samples=len(process.cpu_seconds),
-                     main_thread=shares(process.stacks) if process.stacks else None,
-                     stack_samples=len(process.stacks), last_stack=process.stacks[-1] if process.stacks else None,
+                     main_thread=shares(kept) if kept else None, stack_samples=len(kept),
+                     startup_samples=len(process.stacks) - len(kept),
+                     last_stack=process.stacks[-1] if process.stacks else None,
                      cpu_pct=process.cpu_pct, cpu_seconds=process.cpu_seconds,
                      workers=process.workers, worker_cpu_pct=process.worker_cpu_pct,
                      worker_running_pct=process.worker_running_pct,

@@ -123,6 +123,25 @@ def not_judged(job: Job) -> List[Finding]:
                                "stragglers) were not judged",
                                {"file": r.source},
                                "Record with a schedule and call prof.step() once per training step"))
+    return out + _watch_not_judged(job)
+
+
+def _watch_not_judged(job: Job) -> List[Finding]:
+    """A watch whose stacks or GPU samples were all lost says what that cost, so its headline is never a bare OK."""
+    ranks = _watched(job)
+    if not ranks:
+        return []
+    out = []
+    if not any(r.main_thread for r in ranks):
+        why = next((n for n in job.watch.notes if "py-spy" in n or "stack" in n), "no stack could be read")
+        out.append(Finding("job.not-judged", "info", "job",
+                           "No Python stacks: where the main threads wait (DataLoader, host sync, a collective) was not "
+                           "judged; worker states, each rank's CPU against the others' and NVML were",
+                           {"why": why[:200]}, "Install py-spy beside gpuprep and watch as root or the job's user "
+                                               "(or with SYS_PTRACE)"))
+    if not any(r.gpu_util_pct for r in ranks):
+        out.append(Finding("job.not-judged", "info", "job", "No GPU samples: GPU idleness, clocks, throttling and "
+                           "memory were not judged", {}, "Watch on the node, where NVML answers"))
     return out
 
 
@@ -373,6 +392,7 @@ def watch_dataloader(job: Job) -> List[Finding]:
             continue
         kind, words, remedy = _workers(r)
         evidence = {"main_thread_in_dataloader_pct": _stack(r, "dataloader"), "stack_samples": r.stack_samples,
+                    "startup_samples_left_out": r.startup_samples,
                     "gpu_util_median_pct": util, "workers": r.workers, "workers_are": kind,
                     "worker_cpu_median_pct": _median(r.worker_cpu_pct),
                     "workers_running_median_pct": _median(r.worker_running_pct),
@@ -489,21 +509,61 @@ def _exposed(job: Job, ranks: List[WatchRank]) -> List[Finding]:
                     "a larger batch per GPU); check the transport (NCCL_DEBUG=INFO)", source("comm_pct"))]
 
 
+def _quiet(cpu: List[float]) -> int:
+    """How many samples at the end of `cpu` (a rank's CPU seconds, one reading per sample) made no progress."""
+    at = len(cpu) - 1
+    while at > 0 and cpu[-1] - cpu[at - 1] < limit("hang_cpu_seconds"):
+        at -= 1
+    return len(cpu) - 1 - at
+
+
+def _longest_quiet(cpu: List[float]) -> int:
+    """The longest run of samples without progress before the last one: the pauses this job makes by itself (a
+    checkpoint write, an evaluation), which a stall must outlast."""
+    longest = run = 0
+    for before, after in zip(cpu, cpu[1:]):
+        run = run + 1 if after - before < limit("hang_cpu_seconds") else 0
+        longest = max(longest, run)
+    return longest
+
+
 def _hung(job: Job) -> bool:
     """Still running at the end of the watch, and no rank used CPU time for the last samples."""
     ranks = _watched(job)
     window = int(limit("hang_samples"))
     if not job.watch or job.watch.job_ended:
         return False
-    return bool(ranks) and all(len(r.cpu_seconds) > window and
-                               r.cpu_seconds[-1] - r.cpu_seconds[-1 - window] < limit("hang_cpu_seconds")
+    return bool(ranks) and all(len(r.cpu_seconds) > window and _quiet(r.cpu_seconds) >= window
                                for r in ranks if not r.ended)
+
+
+@job_rule("job.stalled")
+def watch_stalled(job: Job) -> List[Finding]:
+    """A lone process without progress waits on no other rank: not a hang (a checkpoint write, a sleep, a slow file
+    system look the same), but "stalled" once it is quiet for longer than twice any pause it made before, and at
+    least the hang window."""
+    ranks = [r for r in _watched(job) if not r.ended]
+    if len(ranks) != 1 or not job.watch or job.watch.job_ended:
+        return []
+    (rank,) = ranks
+    cpu = rank.cpu_seconds
+    quiet = _quiet(cpu)
+    earlier = _longest_quiet(cpu[:len(cpu) - quiet])
+    window = max(int(limit("hang_samples")), 2 * earlier + 1)
+    if quiet < window:
+        return []
+    return [Finding("job.stalled", "warn", _who_pid(rank), f"The process made no progress for its last {quiet} "
+                    f"samples, longer than any pause before ({earlier})", {"samples_without_progress": quiet,
+                    "longest_earlier_pause": earlier, "where": rank.last_stack},
+                    "Dump its stack (py-spy dump --pid PID) to see what it waits for: a file system, a lock, a child "
+                    "process", source("hang_samples"))]
 
 
 @job_rule("job.hung-rank")
 def watch_hung(job: Job) -> List[Finding]:
-    """No rank advanced for the last samples: the ranks in a collective wait for the one that is not."""
-    if not _hung(job):
+    """No rank advanced for the last samples: the ranks in a collective wait for the one that is not (a hang is
+    ranks waiting on one another; one process alone is job.stalled)."""
+    if len([r for r in _watched(job) if not r.ended]) < 2 or not _hung(job):
         return []
     ranks = [r for r in _watched(job) if not r.ended]
     # stopped inside torch (a collective, or DDP's all-reduce inside backward, a sync) waits for the others; a rank
@@ -511,8 +571,8 @@ def watch_hung(job: Job) -> List[Finding]:
     waiting = [r for r in ranks if r.last_stack in ("collective", "compute_launch", "sync")]
     missing = [r for r in ranks if r.last_stack in ("other", "dataloader")]
     window = int(limit("hang_samples"))
-    evidence = {"seconds_without_progress": window, "waiting": [r.rank for r in waiting],
-                "elsewhere": {str(r.rank): r.main_thread for r in missing}}
+    evidence = {"seconds_without_progress": window, "waiting": [_who_pid(r) for r in waiting],
+                "elsewhere": {_who_pid(r): r.main_thread for r in missing}}
     if waiting and missing:
         return [Finding("job.hung-rank", "fail", _who_pid(r), f"The job hangs: {_who_pid(r)} never joins the "
                         f"collective the other {len(waiting)} rank(s) wait in", evidence,

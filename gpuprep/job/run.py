@@ -2,7 +2,9 @@
 facts. I/O only: the judgement is judge.py's."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -16,47 +18,128 @@ from .facts import WatchFacts, watch_rank
 JOB_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
 
 
+STOP_GRACE_SECONDS = 30      # a job told to stop (SIGTERM/SIGINT forwarded) gets this long before SIGKILL
+PID_MAX = 4194304            # Linux's largest pid_max
+
+
+class _Stopped(Exception):
+    """watch itself was told to stop (SIGTERM, or SIGINT sent to it alone)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 def watch_job(pid: Optional[int], command: Optional[List[str]], seconds: Optional[float], interval: float,
               on_sample: Optional[Callable] = None, job_stdout=None) -> WatchFacts:
     """`job_stdout`: where a started job's standard output goes (None: this process's own); `on_sample(facts)` is
-    called after each sample with the facts so far."""
-    import psutil
+    called after each sample with the facts so far. A started job runs in a process group of its own: a SIGTERM or
+    SIGINT to watch is forwarded to it once, it is waited for (STOP_GRACE_SECONDS, then killed), and the report is
+    still written. Nothing is left in TMPDIR."""
+    import shutil
+    logs = tempfile.mkdtemp(prefix="gpuprep-watch-") if command is not None else None
+    try:
+        with _signals_stop_the_watch():
+            return _watch(pid, command, seconds, interval, on_sample, job_stdout, logs)
+    finally:
+        if logs:
+            shutil.rmtree(logs, ignore_errors=True)
+
+
+def _watch(pid, command, seconds, interval, on_sample, job_stdout, logs) -> WatchFacts:
     from .watch import Watcher
-    job = None
-    logs = None
-    if command is not None:
-        logs = tempfile.mkdtemp(prefix="gpuprep-watch-")
-        env = dict(os.environ)
-        for key, value in JOB_ENV.items():
-            env.setdefault(key, value)
-        env.setdefault("NCCL_DEBUG_FILE", os.path.join(logs, "nccl.%h.%p.log"))
-        try:
-            job = subprocess.Popen(command, env=env, stdout=job_stdout)
-        except OSError as exc:
-            raise BadInput(f"{command[0]}: {exc.strerror or exc}") from None
-        pid = job.pid
-    elif not psutil.pid_exists(pid):
-        raise BadInput(f"no process {pid} on this host")
+    job = _start(command, job_stdout, logs) if command is not None else None
+    pid = job.pid if job is not None else _a_job(pid)
     watcher = Watcher(pid, interval)
     started = time.monotonic()
     finished = (lambda: job.poll() is not None) if job else (lambda: _gone(pid))
     so_far = (lambda w: on_sample(_facts(w, time.monotonic() - started))) if on_sample else None
+    stopped = None
     try:
         watcher.run(seconds, finished, so_far)
-    except KeyboardInterrupt:
-        pass                 # Ctrl-C: the job (same process group) got it too; report what was seen
+    except (KeyboardInterrupt, _Stopped) as exc:
+        stopped = getattr(exc, "signum", signal.SIGINT)        # report what was seen
     ended = finished() or bool(watcher.ranks) and all(r.ended for r in watcher.ranks)
-    exit_code = None
-    if job is not None:          # our child runs to its end (past --duration too): its exit code passes through
-        try:
-            exit_code = job.wait()
-        except KeyboardInterrupt:
-            job.terminate()
-            exit_code = job.wait()
+    exit_code = _finish(job, stopped) if job is not None else None
     facts = _facts(watcher, time.monotonic() - started, exit_code, _transports(logs) if logs else [], ended)
+    facts.signal = stopped
     if not watcher.ranks:
         facts.notes.append("the job ended before its first sample: nothing was watched")
     return facts
+
+
+def _start(command: List[str], job_stdout, logs: str) -> subprocess.Popen:
+    env = dict(os.environ)
+    for key, value in JOB_ENV.items():
+        env.setdefault(key, value)
+    env.setdefault("NCCL_DEBUG_FILE", os.path.join(logs, "nccl.%h.%p.log"))
+    try:     # its own process group: a signal reaches it once, from watch, and never twice from the terminal
+        return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=job_stdout, process_group=0)
+    except OSError as exc:
+        raise BadInput(f"{command[0]}: {exc.strerror or exc}") from None
+
+
+def _finish(job: subprocess.Popen, stopped: Optional[int]) -> int:
+    """Our child runs to its end (past --duration too) and its exit code passes through; told to stop, watch tells
+    the job's process group, waits for it within the grace, then kills it."""
+    if stopped is not None and job.poll() is None:
+        _signal_group(job.pid, stopped)
+        try:
+            return job.wait(timeout=STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            _signal_group(job.pid, signal.SIGKILL)
+    while True:
+        try:
+            return job.wait()
+        except (KeyboardInterrupt, _Stopped) as exc:         # told again while waiting: the job is told again
+            _signal_group(job.pid, getattr(exc, "signum", signal.SIGINT))
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+@contextlib.contextmanager
+def _signals_stop_the_watch():
+    """SIGTERM (and SIGINT) raise _Stopped in the main thread while watching; elsewhere, nothing changes."""
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise _Stopped(signum)
+    before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def _a_job(pid: int) -> int:
+    """The process to watch, checked: it exists, is not init, and it or a child of it runs Python (a training job);
+    one line naming what it is otherwise."""
+    import psutil
+    if not 0 < pid <= PID_MAX:
+        raise BadInput(f"--pid {pid}: not a process id (1 to {PID_MAX})")
+    try:
+        proc = psutil.Process(pid)
+        family = [proc] + proc.children(recursive=True)
+        names = [(p.name() or "", " ".join(p.cmdline()[:1])) for p in family[:256]]
+    except psutil.NoSuchProcess:
+        raise BadInput(f"--pid {pid}: no process {pid} on this host") from None
+    except psutil.AccessDenied:
+        return pid          # another user's job: the watch says what it cannot read
+    if pid == 1:
+        raise BadInput(f"--pid 1 is {names[0][0] or 'init'}, the system's first process, not a training job")
+    if not any("python" in (name + " " + exe).lower() for name, exe in names):
+        raise BadInput(f"--pid {pid} ({names[0][0][:40]}) runs no Python process, nor does any of its children: "
+                       "not a training job to watch")
+    return pid
 
 
 def _facts(watcher, seconds: float, exit_code: Optional[int] = None, transports: Optional[List[str]] = None,

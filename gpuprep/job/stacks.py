@@ -27,6 +27,8 @@ def classify(frames: Sequence[Frame], source_line: Optional[Callable[[str, int],
              lines: Iterable[int] = ()) -> str:
     """The class of one main-thread stack. `source_line(path, line)` may give the innermost frame's source line,
     which tells a blocking .item()/.cpu() that no frame names."""
+    if any("importlib" in path and "_bootstrap" in path for _, path in frames):
+        return "other"      # a module being imported (torch.distributed's own __init__ too): start-up, no step
     for name, path in frames:
         for kind, test in _FRAME_TESTS:
             if test(name, path):
@@ -37,6 +39,17 @@ def classify(frames: Sequence[Frame], source_line: Optional[Callable[[str, int],
         if text and _SYNC_LINE.search(text):
             return "sync"
     return "other"
+
+
+# a class only a training step's stack has: the steady state starts at the first
+STEP_CLASSES = ("dataloader", "compute_launch", "collective")
+
+
+def steady(classes: List[str]) -> List[str]:
+    """The samples from the job's first step frame on (a DataLoader, forward/backward or collective frame): the
+    start-up before it (interpreter, `import torch`, building the model) is not what the user asked about."""
+    first = next((i for i, c in enumerate(classes) if c in STEP_CLASSES), None)
+    return classes[first:] if first is not None else classes
 
 
 def shares(classes: List[str]) -> dict:

@@ -136,8 +136,16 @@ def diagnose_document(facts, findings: List[Finding], node: Optional[Snapshot] =
 
 def watch_document(facts, findings: List[Finding], node: Optional[Snapshot] = None) -> dict:
     """`facts`: job.facts.WatchFacts: each rank's samples, the notes on signals not read, the job's exit code."""
-    return envelope(WATCH_SCHEMA, worst(findings), summary(findings), findings=[f.to_dict() for f in findings],
+    unjudged = _unjudged(findings)
+    verdict = worst(findings)
+    return envelope(WATCH_SCHEMA, "info" if unjudged and verdict == "pass" else verdict, summary(findings),
+                    not_judged=unjudged, findings=[f.to_dict() for f in findings],
                     node=host_name(node) if node is not None else None, **facts.to_dict())
+
+
+def _unjudged(findings: List[Finding]) -> List[str]:
+    """The job's sides no rule could judge (job.not-judged about the whole job), for the headline."""
+    return [f.title.split(":")[0] for f in findings if f.id == "job.not-judged" and f.subject == "job"]
 
 
 def compat_document(findings: List[Finding]) -> dict:

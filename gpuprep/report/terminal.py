@@ -228,13 +228,22 @@ def _wrapped(out: Writer, first: str, text: str, indent: int, width: int) -> Non
         out.line(line)
 
 
+def _words(value) -> str:
+    """An evidence value as a person reads it: lists and tables in words, never a Python repr."""
+    if isinstance(value, dict):
+        return "; ".join(f"{k} {_words(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_words(v) for v in value)
+    return str(value)
+
+
 def _finding_lines(f: Finding, out: Writer) -> None:
     width = _width()
     head = f"  {f.severity.upper().ljust(4)}  "
     _wrapped(out, f"  {out.paint(f.severity.upper().ljust(4), f.severity)}  ",
              f"{f.id}  {f.subject}: {f.title}", len(head), width + len(out.paint("", f.severity)) if width else 0)
     if f.severity in ("fail", "warn") and f.evidence:
-        ev = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
+        ev = ", ".join(f"{k}={_words(v)}" for k, v in f.evidence.items() if v is not None)
         _wrapped(out, "        evidence: ", ev[:300], 18, width)
     if f.remedy and f.severity != "pass":
         _wrapped(out, "        remedy:   ", f.remedy, 18, width)
@@ -377,11 +386,7 @@ def render_plan(document: dict, colour: bool, verbose: bool = False, drift_group
                  "or not every GPU has a rank)")
     from ..plan import launch_line
     out.line(f"each rank as planned: gpuprep plan --json -o plan.json && {launch_line(len(document['ranks']))}")
-    for f in document["findings"]:
-        out.line(f"  {out.paint(f['severity'].upper().ljust(4), f['severity'])}  {f['id']}  {f['title']}: "
-                 f"{f['evidence']}")
-        out.line(f"        remedy: {f['remedy']}")
-    out.line(f"{document['verdict'].upper()}: {len(document['findings'])} finding(s)")
+    render_findings([_finding(f) for f in document["findings"]], out, True, verdict=document["verdict"])
     return out.text()
 
 
@@ -421,6 +426,9 @@ def render_watch(document: dict, colour: bool, verbose: bool = False, drift_grou
     out = Writer(colour)
     out.line(f"Watched {len(document['ranks'])} rank(s) for {document['seconds']} s ({document['samples']} samples)"
              + (f"; the job exited {document['exit_code']}" if document.get("exit_code") is not None else ""))
+    startup = max((r.get("startup_samples") or 0 for r in document["ranks"]), default=0)
+    if startup:
+        out.line(f"  main-thread shares from the first step on: {startup} start-up sample(s) before it left out")
     out.line(f"  {'rank':<6} {'pid':>7} {'gpu util':>8} {'SM clk':>7} {'power':>6} {'mem':>5} {'cpu':>5} "
              f"{'workers':>7}  main thread")
     for r in document["ranks"]:
@@ -430,7 +438,8 @@ def render_watch(document: dict, colour: bool, verbose: bool = False, drift_grou
         out.line(f"  {'-' if r['rank'] is None else r['rank']!s:<6} {r['pid']:>7} {_median_text(r['gpu_util_pct']):>8} "
                  f"{_median_text(r['sm_clock_pct']):>7} {_median_text(r['power_pct']):>6} "
                  f"{_median_text(r['memory_pct']):>5} {_median_text(r['cpu_pct']):>5} {r['workers']:>7}  {where}")
-    render_findings([_finding(f) for f in document["findings"]], out, verbose)
+    render_findings([_finding(f) for f in document["findings"]], out, verbose, verdict=document["verdict"],
+                    unjudged=document.get("not_judged"))
     return out.text()
 
 

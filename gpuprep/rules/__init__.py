@@ -192,8 +192,11 @@ def check_filters(skip: Sequence[str], only: Sequence[str]) -> None:
     for argument, names in (("skip", skip), ("only", only)):
         for name in names:
             if name not in known and name not in named_areas:
-                raise bad_argument(argument, f"{name!r} is no check id or area (areas: {', '.join(sorted(named_areas))}; "
-                                             f"ids: docs/checks.md)")
+                import difflib
+                close = difflib.get_close_matches(name, sorted(known | named_areas), n=3, cutoff=0.75)
+                hint = f"did you mean {' or '.join(close)}? " if close else ""
+                raise bad_argument(argument, f"{name!r} is no check id or area ({hint}areas: "
+                                             f"{', '.join(sorted(named_areas))}; ids: docs/checks.md)")
     if only:
         kept = {i for i in known if any(i == n or i.split('.', 1)[0] == n for n in only)}
         if all(any(i == n or i.split('.', 1)[0] == n for n in skip) for i in kept):

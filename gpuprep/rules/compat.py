@@ -261,8 +261,8 @@ def _typed_versions(driver: str, cuda: Optional[str], cudnn: Optional[str], torc
     """(torch's variant, the CUDA it was built for) after checking each version typed in; BadInput names the first
     that is not a version."""
     from ..errors import bad_argument
-    if not re.fullmatch(r"\d+(\.\d+){1,2}", driver):
-        raise bad_argument("driver", f"{driver!r} is not a driver version like 535.104.05")
+    if not re.fullmatch(r"\d+(\.\d+){0,2}", driver):
+        raise bad_argument("driver", f"{driver!r} is not a driver version like 535.104.05 (or a branch like 535)")
     variant = variant_of_torch(torch)
     if torch and variant is None:
         raise bad_argument("torch", f"{torch!r} needs its variant, e.g. 2.5.1+cu124 or 2.5.1+cpu")
@@ -277,15 +277,52 @@ def _typed_versions(driver: str, cuda: Optional[str], cudnn: Optional[str], torc
 
 
 def _compute_capability(gpu_name: Optional[str], cc: Optional[str]) -> Optional[str]:
-    from ..errors import bad_argument
     if gpu_name and not cc:
-        model = kb.gpu_model(gpu_name)
-        if model is None:
-            raise bad_argument("gpu", lambda name: f"{gpu_name!r} is not in gpuprep's GPU table; give {name('cc')} instead")
-        cc = model["compute_capability"]
+        cc = resolve_gpu(gpu_name)[0]
     if cc and not re.fullmatch(r"\d+\.\d+", cc):
+        from ..errors import bad_argument
         raise bad_argument("cc", f"{cc!r} is not a compute capability like 9.0")
     return cc
+
+
+_NOT_MODEL = {"nvidia", "geforce", "tesla", "quadro"}
+
+
+def _tokens(text: str) -> List[str]:
+    return [t for t in re.split(r"[\s_-]+", text.lower()) if t and t not in _NOT_MODEL]
+
+
+def resolve_gpu(text: str):
+    """(compute capability, the table rows it stands for) of a GPU as a person names it: nvidia-smi's exact name, or
+    a family (`H100`, `A100`, `RTX 5090`, `H100 SXM5`) whose members share one compute capability. A family whose
+    members differ is refused with its members; an unknown name with the closest ones."""
+    from ..errors import bad_argument
+    model = kb.gpu_model(text)
+    if model is not None:
+        return model["compute_capability"], [model]
+    wanted = _tokens(text)
+    family = [r for r in kb.gpu_models() if wanted and all(t in _tokens(r["product"]) for t in wanted)]
+    ccs = sorted({r["compute_capability"] for r in family})
+    if len(ccs) == 1:
+        return ccs[0], family
+    if family:
+        members = "; ".join(f"{r['product']} ({r['compute_capability']})" for r in family)
+        raise bad_argument("gpu", lambda name: f"{text!r} names GPUs of different compute capabilities: {members}; "
+                                               f"give one of them, or {name('cc')}")
+    import difflib
+    # a product's name, or one of its words (H100 of "H100 SXM5"), near what was typed
+    words = {w: w.upper() for r in kb.gpu_models() for w in _tokens(r["product"]) if re.search(r"\d", w)}
+    words.update({r["product"].lower(): r["product"] for r in kb.gpu_models()})
+    close = difflib.get_close_matches(" ".join(wanted) or text.lower(), list(words), n=6, cutoff=0.6)
+    named = list(dict.fromkeys(words[w] for w in close))[:6]
+    hint = f" (close: {', '.join(named)})" if named else ""
+    raise bad_argument("gpu", lambda name: f"{text!r} is not in gpuprep's GPU table{hint}; give {name('cc')} instead")
+
+
+def first_release_of(branch: str) -> str:
+    """A driver branch (`535`) as the first release of it that gpuprep's tables know (535.54.03), else BRANCH.0."""
+    known = [r.toolkit_driver for r in kb.cuda_releases() if r.toolkit_driver.split(".")[0] == branch]
+    return min(known, key=version_key) if known else f"{branch}.0"
 
 
 def _not_for_nvidia(torch: str, variant: str, driver: str) -> Finding:
@@ -303,6 +340,18 @@ def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[s
     from ..errors import BadInput, bad_argument
     variant, torch_cuda = _typed_versions(driver, cuda, cudnn, torch)
     findings: List[Finding] = []
+    if "." not in driver:                   # a branch: judged as its first release, and said
+        first = first_release_of(driver)
+        findings.append(Finding("compat.table-range", "info", "combination",
+                                f"Driver branch R{driver} judged as its first release {first}: later releases of the "
+                                "branch may support more", {"branch": driver, "judged_as": first}))
+        driver = first
+    if gpu_name and not cc:
+        cc, rows = resolve_gpu(gpu_name)
+        if not kb.gpu_model(gpu_name):      # a family: say which GPUs it stood for
+            findings.append(Finding("compat.driver-gpu", "info", "combination",
+                                    f"{gpu_name!r} taken as {', '.join(r['product'] for r in rows)}: every one is "
+                                    f"compute capability {cc}", {"gpu": gpu_name, "compute_capability": cc}))
     if cuda:
         findings.append(judge_driver_for_cuda("compat.toolkit-driver", "combination", f"CUDA {cuda}", driver, cuda))
     if torch_cuda:
