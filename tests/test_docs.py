@@ -64,3 +64,17 @@ def test_each_role_readme_lists_every_variable_its_argument_specs_check():
         missing = [name for name in spec["options"] if f"`{name}`" not in readme]
         assert not missing, f"{role.name}/README.md does not describe {missing}"
         assert (role / "meta" / "main.yml").is_file()
+
+
+def test_the_readmes_sample_outputs_are_what_the_tool_prints():
+    """tools/readme_samples.py writes them from the repository's examples; a drift between the README and the tool
+    fails here (run the script to update the README)."""
+    import subprocess
+    import sys
+    from conftest import REPO
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "readme_samples.py"), "--check"], capture_output=True,
+                          text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    readme = (REPO / "README.md").read_text()
+    assert readme.count("<!-- sample: ") >= 2 and (REPO / "docs" / "img" / "check-report.png").is_file()
+    assert (REPO / "docs" / "img" / "diagnose-report.png").is_file() and "Three commands" not in readme

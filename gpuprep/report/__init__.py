@@ -124,7 +124,11 @@ def burnin_document(run, findings: List[Finding], backend: str, seconds: float) 
         ranks.append(entry)
     return envelope(BURNIN_SCHEMA, worst(findings), summary(findings), backend=backend,
                     world_size=run.world_size, nodes=run.nodes, requested_seconds=seconds,
-                    wall_seconds=round(run.wall_seconds, 2), findings=[f.to_dict() for f in findings], ranks=ranks)
+                    wall_seconds=round(run.wall_seconds, 2),
+                    # what the run took beyond the ranks' working time: start-up (interpreter, torch's import,
+                    # rendezvous, the model's build) and teardown
+                    startup_seconds=round(max(0.0, run.wall_seconds - seconds), 2),
+                    findings=[f.to_dict() for f in findings], ranks=ranks)
 
 
 def diagnose_document(facts, findings: List[Finding], node: Optional[Snapshot] = None) -> dict:
