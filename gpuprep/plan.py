@@ -450,16 +450,20 @@ def plan_findings(host: str, snap: Snapshot, ranks: List[Rank], numa: Dict[int, 
             {"ranks": remote},
             "Their traffic crosses the inter-socket link; put a NIC on that socket's PCIe switch, or accept the "
             "lower bandwidth (NCCL_CROSS_NIC=1 lets rings use any NIC)"))
+    findings += _few_cores(host, ranks)
+    return declared(plan_findings, findings)
+
+
+def _few_cores(host: str, ranks: List[Rank]) -> List[Finding]:
     few = [{"rank": r.local_rank, "physical_cores": r.physical_cores} for r in ranks
            if r.physical_cores < MIN_CORES_PER_RANK]
-    if few:
-        findings.append(Finding(
-            "plan.few-cores", "warn", host, f"Ranks with fewer than {MIN_CORES_PER_RANK} physical cores: " +
-            ", ".join(f"rank {r['rank']} has {r['physical_cores']}" for r in few[:8]) + (" ..." if len(few) > 8 else ""),
-            {"ranks": few, "threshold": MIN_CORES_PER_RANK},
-            "The rank's own threads and its DataLoader workers compete for them; fewer ranks per node, fewer "
-            "workers, or a host with more cores per GPU"))
-    return declared(plan_findings, findings)
+    if not few:
+        return []
+    named = ", ".join(f"rank {r['rank']} has {r['physical_cores']}" for r in few[:8]) + (" ..." if len(few) > 8 else "")
+    return [Finding("plan.few-cores", "warn", host, f"Ranks with fewer than {MIN_CORES_PER_RANK} physical cores: {named}",
+                    {"ranks": few, "threshold": MIN_CORES_PER_RANK},
+                    "The rank's own threads and its DataLoader workers compete for them; fewer ranks per node, fewer "
+                    "workers, or a host with more cores per GPU")]
 
 
 plan_findings.ids = PLAN_IDS     # type: ignore[attr-defined]

@@ -425,10 +425,10 @@ def test_no_fabric_manager_fails_only_on_an_nvswitch_board(capture, severity):
     assert found == ([severity] if severity else [])
 
 
-def test_a_fabric_manager_log_over_the_capture_limit_is_refused_not_read_as_a_kernel_log(tmp_path):
+def test_a_fabric_manager_log_over_the_capture_limit_is_read_from_its_end_never_as_a_kernel_log(tmp_path):
     """Over 64 MiB a time-stamped file went down the large-kernel-log path, which keeps only kernel GPU lines: a
-    Fabric Manager log ending in [FATAL] judged OK, and the Slurm hook resumed the node."""
-    from gpuprep.errors import BadInput
+    Fabric Manager log ending in [FATAL] judged OK, and the Slurm hook resumed the node. Refusing it lost the fleet
+    its answer (issue 47): it is read from its start and its end, and the [FATAL] at the end fails it."""
     from gpuprep.parsers import MAX_CAPTURE_BYTES, import_files
     real = (FABRIC / "gpud-testdata-8gpu-nvswitch-fm-runtime-nonfatal-error.fabricmanager-log.txt").read_text()
     big = tmp_path / "fabricmanager.log"
@@ -436,10 +436,10 @@ def test_a_fabric_manager_log_over_the_capture_limit_is_refused_not_read_as_a_ke
         while fh.tell() <= MAX_CAPTURE_BYTES:
             fh.write(real)
         fh.write("[Feb 25 2025 14:00:01] [FATAL] [tid 1803] NVSwitch fatal error detected\n")
-    with pytest.raises(BadInput, match="larger than 64 MiB"):
-        import_files([str(big)])
+    snap = import_files([str(big)])
+    assert "NVSwitch fatal error detected" in snap.fabric_manager.errors[-1]
     done = run_cli("npd", "--from", str(big))
-    assert done.returncode == 2 and done.stdout.startswith("gpuprep unknown:"), done.stdout
+    assert done.returncode == 1 and done.stdout.startswith("fabric.manager-errors"), done.stdout
 
 
 def test_a_pass_through_vm_whose_gpu_completed_registration_needs_no_fabric_manager():

@@ -74,10 +74,17 @@ def _hostile_snapshot(tmp_path):
     document["system"]["hostname"] = "gpu-07" + OSC52 + "\x1b[2J" + FORGED
     document["system"]["kernel_cmdline"] = "quiet \x01\x02 iommu=pt \u202eevil"
     document["gpus"][0]["name"] = "NVIDIA H100 80GB HBM3 \ud800"
-    document["software"]["driver_version"] = "565.57.01\x1b[1A"
+    document["gpus"][1]["vbios_version"] = "96.00.89.00.01\x1b[1A"     # free text (a version field is checked)
     path = tmp_path / "hostile.json"
     path.write_text(json.dumps(document))              # ensure_ascii: the surrogate travels as \ud800
     return path
+
+
+def test_a_snapshot_whose_version_field_is_no_version_is_refused_naming_it(tmp_path):
+    document = json.loads(_hostile_snapshot(tmp_path).read_text())
+    document["software"]["driver_version"] = "565.57.01\x1b[1A"
+    (tmp_path / "bad.json").write_text(json.dumps(document))
+    _one_error_line(run_cli("check", "--from", str(tmp_path / "bad.json")), 2, r"software\.driver_version: .* is not a driver version")
 
 
 def test_node_strings_cannot_write_the_terminal_or_forge_a_line(tmp_path):

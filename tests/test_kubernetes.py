@@ -44,7 +44,8 @@ def test_one_permanent_condition_per_area_gpuprep_judges():
     from gpuprep.rules.ids import areas
     config = monitor()
     assert config["plugin"] == "custom" and config["pluginConfig"]["max_output_length"] == 80
-    covered = {area for rule in config["rules"] for area in rule["args"][rule["args"].index("npd") + 1:][1::2]}
+    covered = {a for rule in config["rules"] for o, a in zip(rule["args"], rule["args"][1:]) if o == "--only"}
+    assert all("--require-gpu" in rule["args"] for rule in config["rules"])     # GPU nodes: not judged is a problem
     assert covered == areas() - {"drift"}           # drift compares hosts: no single node's condition
     assert {r["condition"] for r in config["rules"]} == {c["type"] for c in config["conditions"]}
     assert all(r["type"] == "permanent" for r in config["rules"])

@@ -336,7 +336,7 @@ def test_another_users_job_without_ptrace_drops_stacks_and_environ_with_one_line
     assert sum("py-spy may not read the job" in t for t in dropped) == 1, dropped
 
 
-@pytest.mark.parametrize("args, words", [(["--pid", "999999999"], "no process 999999999"),
+@pytest.mark.parametrize("args, words", [(["--pid", "999999999"], "not a process id"),
                                          (["--pid", "1", "--", "true"], "not both"),
                                          ([], "not both and not neither"),
                                          (["--duration", "soon", "--", "true"], "not a duration")])

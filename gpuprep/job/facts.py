@@ -45,6 +45,7 @@ class RankFacts:
     sync_calls_per_step: Optional[float] = None
     sync_pct: Optional[float] = None         # share of step time the host spent blocked in sync points
     sync_names: List[str] = field(default_factory=list)
+    step_idle_pct: Optional[float] = None    # the GPU's idle share of the ProfilerStep spans (not of its kernel span)
     peak_memory_pct: Optional[float] = None
     gpu_kernels: int = 0
 

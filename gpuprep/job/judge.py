@@ -113,10 +113,11 @@ def not_judged(job: Job) -> List[Finding]:
                                "Profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on the GPU "
                                "to judge the GPU side"))
         elif r.vendor != "nvidia":
+            what = {"amd": f"An AMD GPU ({r.gpu_name or 'not named'})", None: "A GPU of no known vendor (no "
+                    "deviceProperties, and kernel names of no known library)"}.get(r.vendor, f"A non-NVIDIA GPU ({r.gpu_name})")
             out.append(Finding("job.not-judged", "info", _who(r),
-                               f"{'An AMD' if r.vendor == 'amd' else 'A non-NVIDIA'} GPU ({r.gpu_name}): the timeline was judged; Tensor "
-                               "Core use (NVIDIA kernel names) and the node join were not",
-                               {"file": r.source, "device": r.gpu_name, "vendor": r.vendor}))
+                               f"{what}: the timeline was judged; Tensor Core use (NVIDIA kernel names) and the node "
+                               "join were not", {"file": r.source, "device": r.gpu_name, "vendor": r.vendor}))
         if not r.steps:
             out.append(Finding("job.not-judged", "info", _who(r),
                                "No ProfilerStep in this trace: per-step numbers (step time, DataLoader share, "
@@ -172,7 +173,7 @@ def dataloader(job: Job) -> List[Finding]:
 @job_rule("job.h2d-pageable")
 def pageable(job: Job) -> List[Finding]:
     out = []
-    for r in job.facts.ranks:
+    for r in _gpu_ranks(job):
         per_step = r.h2d_pageable / max(r.steps, 1)
         if not r.h2d_pageable or per_step < limit("pageable_per_step"):
             continue
@@ -192,11 +193,12 @@ def pageable(job: Job) -> List[Finding]:
 def host_sync(job: Job) -> List[Finding]:
     return [Finding("job.host-sync", "warn", _who(r),
                     f"The host blocks on the GPU inside the loop: {r.sync_calls_per_step:g} sync point(s) per step, "
-                    f"{r.sync_pct:.1f}% of step time", {"sync_pct": r.sync_pct, "per_step": r.sync_calls_per_step,
+                    f"{r.sync_pct:.1f}% of step time" + (f" ({', '.join(r.sync_names[:3])})" if r.sync_names else ""),
+                    {"sync_pct": r.sync_pct, "per_step": r.sync_calls_per_step,
                                                         "calls": r.sync_names},
                     "Take .item(), .cpu(), print(loss) and torch.cuda.synchronize() out of the step: accumulate "
                     "metrics on the GPU (loss.detach()) and read them every N steps", source("sync_pct"))
-            for r in job.facts.ranks if r.sync_pct is not None and r.sync_pct > limit("sync_pct")]
+            for r in _gpu_ranks(job) if r.sync_pct is not None and r.sync_pct > limit("sync_pct")]
 
 
 @job_rule("job.launch-bound")
@@ -323,14 +325,18 @@ def memory_full(job: Job) -> List[Finding]:
 def gpu_idle(job: Job) -> List[Finding]:
     out = []
     for r in _gpu_ranks(job):
-        if r.idle_pct is None or r.idle_pct <= limit("gpu_idle_pct"):
+        # against the steps where the trace has them: a GPU idle between tight bursts of kernels is idle
+        idle = r.step_idle_pct if r.step_idle_pct is not None else r.idle_pct
+        if idle is None or idle <= limit("gpu_idle_pct"):
             continue
-        evidence = {"idle_pct": r.idle_pct, "idle_breakdown_pct": r.idle_breakdown_pct, "span_ms": r.span_ms}
+        evidence = {"idle_pct_of_steps": r.step_idle_pct, "idle_pct_of_kernel_span": r.idle_pct,
+                    "idle_breakdown_pct": r.idle_breakdown_pct, "span_ms": r.span_ms}
         throttled = _throttle_note(_node_gpu(job, r))
         if throttled:
             evidence["node"] = throttled
         out.append(Finding("job.gpu-idle", "warn", _who(r),
-                           f"The GPU is idle {r.idle_pct:.0f}% of the traced time "
+                           f"The GPU is idle {idle:.0f}% of the " + ("step" if r.step_idle_pct is not None else
+                                                                      "traced time") + " "
                            f"({(r.idle_breakdown_pct or {}).get('host_wait', 0):.0f}% of it waiting on the host)",
                            evidence, "See the other job.* findings for the cause; with none, the work per step is "
                            "too small for this GPU: a larger batch", source("gpu_idle_pct")))

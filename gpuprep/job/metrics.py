@@ -37,6 +37,21 @@ _GEMM = re.compile(r"gemm|conv|cutlass|scudnn|xmma|wgrad|dgrad|winograd|implicit
 _TENSOR_CORE = re.compile(r"884|1688|16816|hmma|imma|xmma|tensorop|wgmma|gmma|_tf32|bf16_s|f16_s|sm8\d_|sm9\d_|"
                           r"sm10\d_|tensor_?core", re.I)
 _PAGEABLE_H2D = re.compile(r"^Memcpy HtoD \(Pageable")
+# a copy to pageable host memory: the CUDA runtime call that queued it holds the host until the stream reaches it
+_TO_PAGEABLE = re.compile(r"^Memcpy DtoH \(Device -> Pageable")
+_MEMCPY_CALL = re.compile(r"^(cudaMemcpyAsync|cudaMemcpy2DAsync|hipMemcpyAsync|hipMemcpyWithStream)$")
+_COPY_OP = re.compile(r"^aten::(to|_to_copy|copy_|cpu|numpy|tolist)$")
+# kernel names that only one vendor's libraries produce (for traces without deviceProperties)
+_NVIDIA_KERNELS = re.compile(r"^nccl|cutlass|cudnn|cublas|sm\d{2,3}_|volta_|turing_|ampere_|hopper_|xmma|"
+                             r"void at::native::|triton_", re.I)
+_AMD_KERNELS = re.compile(r"Cijk_|rocblas|miopen|hipblaslt|ck::|__amd_", re.I)
+
+
+_CLOCK = 1e18       # microseconds: 31,000 years; Kineto's are since the epoch or the boot (about 1.7e15)
+
+
+class ClockError(ValueError):
+    """An event whose timestamp or duration no clock holds (NaN, infinite, hundreds of digits)."""
 
 
 class RankEvents:
@@ -55,6 +70,8 @@ class RankEvents:
         self.dataloader: List[Tuple[float, float]] = []
         self.sync: List[Tuple[float, float, str]] = []
         self.collectives: List[Tuple[float, float]] = []
+        self.memcpy_calls: List[Tuple[float, float, int]] = []     # CUDA runtime copies: start, duration, correlation
+        self.copy_ops: List[Tuple[float, float, str]] = []         # aten::to / copy_ / cpu: the op a copy is part of
         self.launch_us = 0.0
         self.memory_peak: Dict[int, int] = {}
         self._cpu_kinds: Dict[str, str] = {}     # a CPU op's name -> what it is (names repeat every step)
@@ -77,9 +94,9 @@ class RankEvents:
         if type(ts) not in _NUMBERS or type(dur) not in _NUMBERS or cat is None or cat == "Trace" or \
                 type(name) is not str:
             return
+        if not (-_CLOCK < ts < _CLOCK and -_CLOCK < dur < _CLOCK):      # NaN compares false too
+            raise ClockError(f"{name[:60]!r}: ts {str(ts)[:24]}, dur {str(dur)[:24]}: no time a clock holds")
         if type(ts) is float:
-            if not (math.isfinite(ts) and math.isfinite(dur)):
-                return
             self.float_ts = True
         args = event.get("args")
         if type(args) is not dict:
@@ -113,6 +130,10 @@ class RankEvents:
             self.launch_us += dur
         elif kind == "collective":
             self.collectives.append((ts, dur))
+        elif kind == "memcpy" and corr >= 0:
+            self.memcpy_calls.append((ts, dur, corr))
+        elif kind == "copy_op":
+            self.copy_ops.append((ts, dur, name))
 
     def _memory(self, args) -> None:
         if not isinstance(args, dict):
@@ -123,7 +144,8 @@ class RankEvents:
 
 
 _CPU_KINDS = (("step", lambda n: _STEP.fullmatch(n)), ("dataloader", _DATALOADER.match), ("sync", _SYNC.match),
-              ("launch", _LAUNCH.match), ("collective", _COLLECTIVE.search))
+              ("launch", _LAUNCH.match), ("memcpy", _MEMCPY_CALL.match), ("copy_op", _COPY_OP.match),
+              ("collective", _COLLECTIVE.search))
 
 
 def _cpu_kind(name: str) -> str:
@@ -286,19 +308,46 @@ def _inside(spans: List[Tuple[float, float]], events) -> float:
     return sum(max(0.0, min(b, t + d) - max(a, t)) for a, b in spans for t, d, *_ in events)
 
 
+def blocking_copies(ev: RankEvents, gpu: _Gpu) -> List[Tuple[float, float, str]]:
+    """The copies to pageable host memory (the trace's own copy kind), as the host saw them: the runtime call held
+    the host until the stream reached the copy, a host sync by another name. Named by the op they are part of
+    (aten::to(cpu), aten::item, ...)."""
+    to_pageable = {r[3] for r in gpu.rows if r[3] >= 0 and gpu.flag(r[4], "to_pageable",
+                                                                     lambda name: bool(_TO_PAGEABLE.match(name)))}
+    if not to_pageable:
+        return []
+    out = []
+    for ts, dur, corr in ev.memcpy_calls:
+        if corr in to_pageable:
+            around = [(d, n) for t, d, n in ev.copy_ops if t <= ts and ts + dur <= t + d]
+            op = min(around)[1] if around else "cudaMemcpyAsync"
+            out.append((ts, dur, f"{op} (device to pageable memory)"))
+    return out
+
+
+def _busy_in(spans: List[Tuple[float, float]], gpu: _Gpu) -> float:
+    """GPU time (any kernel, copy or memset) inside the step spans."""
+    busy = _merged([(r[0], r[1]) for r in gpu.rows])
+    return _overlap(_merged(spans), busy)
+
+
 def step_metrics(ev: RankEvents, gpu: _Gpu) -> dict:
     spans = _steps(ev)
     if not spans:
         return {}
     lengths = [b - a for a, b in spans]
     total = sum(lengths)
-    sync_in = [s for s in ev.sync if any(a <= s[0] < b for a, b in spans)]
+    sync = ev.sync + blocking_copies(ev, gpu)
+    sync_in = [s for s in sync if any(a <= s[0] < b for a, b in spans)]
     out = {"steps": len(spans), "step_ms": round(statistics.median(lengths) / 1000, 3),
            "step_ms_spread": [round(min(lengths) / 1000, 3), round(max(lengths) / 1000, 3)],
            "dataloader_pct": _pct(_inside(spans, ev.dataloader), total) if ev.dataloader else 0.0,
            "sync_calls_per_step": round(len(sync_in) / len(spans), 2),
-           "sync_pct": _pct(_inside(spans, ev.sync), total) if ev.sync else 0.0,
-           "sync_names": sorted({s[2] for s in sync_in})}
+           "sync_pct": _pct(_inside(spans, sync), total) if sync else 0.0,
+           "sync_names": sorted({s[2] for s in sync_in}),
+           # the GPU's idle time against the steps, not against its own first and last kernel (HTA's span): a GPU
+           # idle most of every step reads as idle even when its kernels sit close together
+           "step_idle_pct": _pct(total - _busy_in(spans, gpu), total) if gpu.rows else None}
     if ev.collectives:
         merged = [(a, b - a) for a, b in _merged([(t, t + d) for t, d in ev.collectives])]
         waits = [_inside([span], merged) for span in spans]
@@ -342,6 +391,14 @@ def _device(meta: dict) -> dict:
     return {"vendor": vendor, "gpu_name": name, "compute_capability": cc, "gpu_memory_bytes": memory}
 
 
+def _vendor_from_kernels(gpu: _Gpu) -> Optional[str]:
+    """nvidia or amd from the kernel names a trace without deviceProperties still carries, or None."""
+    names = [gpu.names[r[4]] for r in gpu.rows[:20000] if r[5]]
+    nvidia = sum(1 for n in names if _NVIDIA_KERNELS.search(n))
+    amd = sum(1 for n in names if _AMD_KERNELS.search(n))
+    return "nvidia" if nvidia > amd else "amd" if amd > nvidia else None
+
+
 def rank_facts(trace: TraceFile, ev: RankEvents) -> RankFacts:
     dist = trace.meta.get("distributedInfo") if isinstance(trace.meta.get("distributedInfo"), dict) else {}
     rank = dist.get("rank") if isinstance(dist.get("rank"), int) and not isinstance(dist.get("rank"), bool) else None
@@ -350,6 +407,8 @@ def rank_facts(trace: TraceFile, ev: RankEvents) -> RankFacts:
                       world_size=world, backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
                       **_device(trace.meta))
     gpu = _Gpu(ev)
+    if facts.vendor is None and gpu.rows:
+        facts.vendor = _vendor_from_kernels(gpu)
     for part in (temporal(gpu), step_metrics(ev, gpu), kernel_metrics(ev, gpu)):
         for key, value in part.items():
             setattr(facts, key, value)

@@ -21,8 +21,10 @@ from ..errors import BadInput
 CHUNK = 1 << 20
 MAX_VALUE = 16 << 20            # one event, or one top-level value other than traceEvents
 MAX_DECOMPRESSED = 16 << 30     # a trace beyond this is refused, not read for hours
-BOMB_RATIO = 500                # Kineto JSON compresses 10-30x; past 64 MiB, a higher ratio is a gzip bomb
-BOMB_AFTER = 64 << 20
+BOMB_RATIO = 500                # Kineto JSON compresses 10-30x; past 4 MiB, a higher ratio is a gzip bomb
+BOMB_AFTER = 4 << 20            # early: a bomb of tiny JSON events costs seconds to parse per 64 MiB
+# compressions a trace directory may hold that this reader does not open: named, never skipped in silence
+OTHER_COMPRESSIONS = {".zst": "zstd -d", ".zstd": "zstd -d", ".xz": "xz -d", ".bz2": "bunzip2", ".lz4": "lz4 -d"}
 TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 
 
@@ -45,7 +47,9 @@ def trace_files(paths: List[str]) -> List[str]:
     found: List[str] = []
     for path in paths:
         if os.path.isdir(path):
-            names = sorted(n for n in os.listdir(path) if n.endswith(TRACE_SUFFIXES))
+            listed = sorted(os.listdir(path))
+            _other_compressions(path, listed)
+            names = [n for n in listed if n.endswith(TRACE_SUFFIXES)]
             if not names:
                 raise TraceError(f"{path}: no trace files (*.json, *.json.gz) in this directory")
             found += [os.path.join(path, n) for n in names]
@@ -56,15 +60,38 @@ def trace_files(paths: List[str]) -> List[str]:
     return list(dict.fromkeys(found))
 
 
+def _other_compressions(directory: str, names: List[str]) -> None:
+    for name in names:
+        base, suffix = os.path.splitext(name)
+        if suffix in OTHER_COMPRESSIONS and base.endswith(".json"):
+            raise TraceError(f"{os.path.join(directory, name)}: {suffix[1:]}-compressed, which gpuprep does not read: "
+                             f"`{OTHER_COMPRESSIONS[suffix]}` it (or gzip it) so that every rank is read")
+
+
+def _open_regular(path: str):
+    """The file opened for reading without blocking on a FIFO or a device, which are refused: a FIFO given as a
+    trace waits forever for a writer."""
+    import stat
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise TraceError(f"{path}: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+            "not a regular file"
+        raise TraceError(f"{path}: {kind}, not a trace file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 class _Text:
     """The file's text in chunks, decompressed when gzip, with the count of bytes handed out."""
 
     def __init__(self, path: str):
         self.path = path
-        try:
-            self._raw = open(path, "rb")
-        except OSError as exc:
-            raise TraceError(f"{path}: {exc.strerror or exc}") from None
+        self._raw = _open_regular(path)
         gz = self._raw.read(2) == b"\x1f\x8b"
         self._raw.seek(0)
         self._stream = gzip.GzipFile(fileobj=self._raw) if gz else self._raw
@@ -206,6 +233,9 @@ def _document(cursor: _Cursor, trace: TraceFile, on_event: Callable[[dict], None
             break
     if not seen_events:
         raise TraceError(f"{trace.path}: a JSON object without traceEvents: not a PyTorch profiler trace")
+    if cursor.skip_space() != "":
+        raise cursor.error("a second JSON document after the trace's end: two traces in one file? Give each rank "
+                           "its own file")
 
 
 _SEPARATOR = re.compile(r"[ \t\r\n]*([,\]])[ \t\r\n]*")

@@ -249,6 +249,20 @@ def _finding_lines(f: Finding, out: Writer) -> None:
         _wrapped(out, "        remedy:   ", f.remedy, 18, width)
 
 
+def _headline(findings: List[Finding], out: Writer, verdict: Optional[str], unjudged: Optional[List[str]]):
+    """The report's last line: the document's verdict in words, and what was not judged; never OK over nothing."""
+    unseen = f"; not judged: {'; '.join(unjudged)}" if unjudged else ""
+    if not findings:
+        return out.paint("NOTHING CHECKED: no check applied to these facts (see --only/--skip, and what the facts "
+                         "hold)" + unseen, "warn")
+    counts = summary(findings)
+    word, style = _HEADLINE[verdict] if verdict else _verdict_style(counts["fail"], counts["warn"])
+    tally = f"{counts['fail']} fail, {counts['warn']} warn, {counts['info']} info, {counts['pass']} pass"
+    if unjudged and word in ("OK", "INFO"):
+        return out.paint(f"NOT JUDGED: {'; '.join(unjudged)}; {tally}", "warn")
+    return out.paint(f"{word}: {tally}{unseen}", style)
+
+
 def render_findings(findings: List[Finding], out: Writer, verbose: bool, waived: Optional[dict] = None,
                     verdict: Optional[str] = None, unjudged: Optional[List[str]] = None) -> None:
     """`waived`: the document's record of what --skip/--only removed ({"summary": counts, "ids": [...]});
@@ -260,19 +274,8 @@ def render_findings(findings: List[Finding], out: Writer, verbose: bool, waived:
         out.heading(f"[{area}]")
         for f in (x for x in shown if x.area == area):
             _finding_lines(f, out)
-    counts = summary(findings)
     out.line()
-    if not findings:
-        out.line(out.paint("NOTHING CHECKED: no check applied to these facts (see --only/--skip, and what the "
-                           "facts hold)" + (f"; not judged: {'; '.join(unjudged)}" if unjudged else ""), "warn"))
-    else:
-        word, style = _HEADLINE[verdict] if verdict else _verdict_style(counts["fail"], counts["warn"])
-        tally = f"{counts['fail']} fail, {counts['warn']} warn, {counts['info']} info, {counts['pass']} pass"
-        if unjudged and word in ("OK", "INFO"):
-            out.line(out.paint(f"NOT JUDGED: {'; '.join(unjudged)}; {tally}", "warn"))
-        else:
-            out.line(out.paint(f"{word}: {tally}" + (f"; not judged: {'; '.join(unjudged)}" if unjudged else ""),
-                               style))
+    out.line(_headline(findings, out, verdict, unjudged))
     hidden = (waived or {}).get("summary") or {}
     if hidden.get("fail") or hidden.get("warn"):
         ids = waived["ids"]

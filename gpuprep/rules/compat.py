@@ -339,19 +339,9 @@ def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[s
     """`gpuprep compat`: the same verdicts `check` gives, for versions typed in by hand."""
     from ..errors import BadInput, bad_argument
     variant, torch_cuda = _typed_versions(driver, cuda, cudnn, torch)
-    findings: List[Finding] = []
-    if "." not in driver:                   # a branch: judged as its first release, and said
-        first = first_release_of(driver)
-        findings.append(Finding("compat.table-range", "info", "combination",
-                                f"Driver branch R{driver} judged as its first release {first}: later releases of the "
-                                "branch may support more", {"branch": driver, "judged_as": first}))
-        driver = first
+    driver, findings = _as_typed(driver, gpu_name, cc)
     if gpu_name and not cc:
-        cc, rows = resolve_gpu(gpu_name)
-        if not kb.gpu_model(gpu_name):      # a family: say which GPUs it stood for
-            findings.append(Finding("compat.driver-gpu", "info", "combination",
-                                    f"{gpu_name!r} taken as {', '.join(r['product'] for r in rows)}: every one is "
-                                    f"compute capability {cc}", {"gpu": gpu_name, "compute_capability": cc}))
+        cc = resolve_gpu(gpu_name)[0]
     if cuda:
         findings.append(judge_driver_for_cuda("compat.toolkit-driver", "combination", f"CUDA {cuda}", driver, cuda))
     if torch_cuda:
@@ -375,6 +365,24 @@ def judge_combination(driver: str, cuda: Optional[str] = None, cudnn: Optional[s
                                     "with the driver")
     from . import SEVERITY_RANK
     return sorted(findings, key=lambda f: SEVERITY_RANK[f.severity])
+
+
+def _as_typed(driver: str, gpu_name: Optional[str], cc: Optional[str]):
+    """(the driver judged, the findings that say how the words typed were taken): a branch (`535`) as its first
+    release, a family (`H100`) as its members."""
+    findings: List[Finding] = []
+    if "." not in driver:
+        first = first_release_of(driver)
+        findings.append(Finding("compat.table-range", "info", "combination",
+                                f"Driver branch R{driver} judged as its first release {first}: later releases of the "
+                                "branch may support more", {"branch": driver, "judged_as": first}))
+        driver = first
+    if gpu_name and not cc and not kb.gpu_model(gpu_name):
+        found, rows = resolve_gpu(gpu_name)
+        findings.append(Finding("compat.driver-gpu", "info", "combination",
+                                f"{gpu_name!r} taken as {', '.join(r['product'] for r in rows)}: every one is "
+                                f"compute capability {found}", {"gpu": gpu_name, "compute_capability": found}))
+    return driver, findings
 
 
 def judge_table_range(subject: str, driver: str) -> Optional[Finding]:
