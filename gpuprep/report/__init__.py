@@ -134,7 +134,12 @@ def burnin_document(run, findings: List[Finding], backend: str, seconds: float) 
 def diagnose_document(facts, findings: List[Finding], node: Optional[Snapshot] = None) -> dict:
     """`facts`: job.facts.JobFacts. Each rank's numbers under `ranks`, the findings, and the node's name when the
     judgement joined its snapshot."""
-    return envelope(DIAGNOSE_SCHEMA, worst(findings), summary(findings), findings=[f.to_dict() for f in findings],
+    unjudged = _unjudged(findings)
+    if facts.ranks and not any(r.gpu_kernels for r in facts.ranks):
+        unjudged.append("the GPUs (no GPU activity in any trace)")
+    verdict = worst(findings)
+    return envelope(DIAGNOSE_SCHEMA, "info" if unjudged and verdict == "pass" else verdict, summary(findings),
+                    not_judged=unjudged, findings=[f.to_dict() for f in findings],
                     ranks=facts.to_dict()["ranks"], node=host_name(node) if node is not None else None)
 
 

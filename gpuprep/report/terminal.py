@@ -414,7 +414,8 @@ def render_diagnose(document: dict, colour: bool, verbose: bool = False, drift_g
                  f"{_num(r['idle_pct']):>6} {_num(r['compute_pct']):>6} "
                  f"{_num((r['idle_breakdown_pct'] or {}).get('host_wait')):>10} {_num(r['dataloader_pct']):>7} "
                  f"{_num(r['tensor_core_pct']):>5}")
-    render_findings([_finding(f) for f in document["findings"]], out, verbose)
+    render_findings([_finding(f) for f in document["findings"]], out, verbose, verdict=document["verdict"],
+                    unjudged=document.get("not_judged"))
     return out.text()
 
 
