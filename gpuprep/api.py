@@ -380,6 +380,30 @@ def diagnose(paths: Sequence[str], *, node: Optional[Snapshot] = None) -> JobRes
     return JobResult(facts, judge(Job(facts, node)), node)
 
 
+@dataclass
+class CompareResult:
+    """Two diagnoses of one job, before and after a change, and what changed (job.compare-* findings)."""
+    before: JobResult
+    after: JobResult
+    findings: List[Finding]
+
+    @property
+    def verdict(self) -> str:
+        return worst(self.findings)
+
+    def document(self) -> dict:
+        from .report import compare_document
+        return compare_document(self.before.document(), self.after.document(), self.findings)
+
+
+def compare(before: Sequence[str], after: Sequence[str]) -> CompareResult:
+    """`gpuprep diagnose --compare`: the job's traces before and after a fix (a trace or a directory each), the
+    change in step time (noise when within the before run's own spread) and whether each cause named before is gone."""
+    from .job.compare import compare as changes
+    first, second = diagnose(list(before)), diagnose(list(after))
+    return CompareResult(first, second, changes(first.facts, second.facts, first.findings, second.findings))
+
+
 def watch(pid: Optional[int] = None, *, command: Optional[Sequence[str]] = None, seconds: Optional[float] = None,
           interval: float = 1.0, node: Optional[Snapshot] = None, on_sample=None, job_stdout=None) -> JobResult:
     """Why a running job under-uses its GPUs, sampled from outside it without touching its code: `pid` (a torchrun

@@ -305,9 +305,11 @@ def _check_fleet(members, inventory, limit, forks, fmt, output, verbose, show_dr
               help="The node the job ran on, as a snapshot or captures (gpuprep snapshot -o node.json); "
                    "its PCIe links, NUMA layout, throttling and NCCL transport join the judgement. Repeatable.")
 @click.option("--node", "live_node", is_flag=True, help="Join this host's facts (the job ran here).")
+@click.option("--compare", "compare", is_flag=True, help="Two runs, BEFORE AFTER (a trace or directory each): the "
+                                                         "change in step time and whether each cause is gone.")
 @_format_options
 @click.option("-v", "--verbose", is_flag=True, help="Show the per-rank summary lines too.")
-def diagnose(traces, node_sources, live_node, fmt, as_json, output, verbose):
+def diagnose(traces, node_sources, live_node, compare, fmt, as_json, output, verbose):
     """Why a training job under-uses its GPUs, from its PyTorch profiler traces (*.pt.trace.json[.gz], one per
     rank, or a directory of them): HTA's per-rank breakdown and the cause with its fix (job.* ids, docs/checks.md).
     Exit 0 nothing failed, 1 a finding failed, 2 a trace that cannot be read."""
@@ -319,6 +321,12 @@ def diagnose(traces, node_sources, live_node, fmt, as_json, output, verbose):
         check_destination(output)
     if node_sources and live_node:
         raise BadInput("give --from captures of the node or --node for this host, not both")
+    if compare:
+        if len(traces) != 2:
+            raise BadInput(f"--compare takes two runs, BEFORE AFTER (a trace or a directory each); got {len(traces)}")
+        document = api.compare([traces[0]], [traces[1]]).document()
+        _emit(document, fmt, output, verbose)
+        return _verdict_exit(document)
     node = api.snapshot(list(node_sources)) if node_sources else api.snapshot() if live_node else None
     document = api.diagnose(list(traces), node=node).document()
     _emit(document, fmt, output, verbose)

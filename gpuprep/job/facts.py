@@ -46,6 +46,9 @@ class RankFacts:
     sync_pct: Optional[float] = None         # share of step time the host spent blocked in sync points
     sync_names: List[str] = field(default_factory=list)
     step_idle_pct: Optional[float] = None    # the GPU's idle share of the ProfilerStep spans (not of its kernel span)
+    # per step, the GPU time each cause holds (dataloader, host_sync, host_other, comm, h2d_pageable), ms: the most
+    # that removing it would save
+    exposed_ms: Optional[Dict[str, float]] = None
     peak_memory_pct: Optional[float] = None
     gpu_kernels: int = 0
 

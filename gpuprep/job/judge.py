@@ -53,7 +53,33 @@ job_rule = registrar(JOB_RULES)
 
 
 def judge(job: Job) -> List[Finding]:
-    return [f for fn in JOB_RULES for f in declared(fn, fn(job))]
+    """Every job rule's findings, each cause with the gain removing it would buy, the largest first."""
+    found = [f for fn in JOB_RULES for f in declared(fn, fn(job))]
+    ranks = {_who(r): r for r in job.facts.ranks}
+    for f in found:
+        _gain(f, ranks.get(f.subject))
+    from ..rules import SEVERITY_RANK
+    return sorted(found, key=lambda f: (SEVERITY_RANK[f.severity], -(f.evidence.get("gain_ms_per_step") or 0)))
+
+
+# the part of a step each cause holds (metrics.exposed): what removing it would save at most
+_GAIN_OF = {"job.dataloader": "dataloader", "job.host-sync": "host_sync", "job.comm-exposed": "comm",
+            "job.h2d-pageable": "h2d_pageable", "job.launch-bound": "host_other"}
+
+
+def _gain(finding: Finding, rank: Optional[RankFacts]) -> None:
+    if rank is None or not rank.step_ms or finding.severity not in ("warn", "fail"):
+        return
+    if finding.id == "job.gpu-idle" and rank.step_idle_pct is not None:
+        ms = rank.step_ms * rank.step_idle_pct / 100
+    elif finding.id in _GAIN_OF and rank.exposed_ms:
+        ms = rank.exposed_ms.get(_GAIN_OF[finding.id])
+    else:
+        return
+    if ms is not None:
+        finding.evidence["gain_ms_per_step"] = round(ms, 2)
+        finding.evidence["gain_pct_of_step"] = round(100 * ms / rank.step_ms, 1)
+        finding.title += f"; removing it saves up to {ms:.1f} ms of the {rank.step_ms:.1f} ms step ({100 * ms / rank.step_ms:.0f}%)"
 
 
 def _who(rank: RankFacts) -> str:
@@ -739,4 +765,6 @@ def watch_summary(job: Job) -> List[Finding]:
     return out
 
 
-JOB_IDS = frozenset(i for fn in JOB_RULES for i in fn.ids)
+from .compare import COMPARE_IDS  # noqa: E402 (the comparison's ids are job ids too)
+
+JOB_IDS = frozenset(i for fn in JOB_RULES for i in fn.ids) | COMPARE_IDS

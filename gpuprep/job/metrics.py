@@ -331,6 +331,56 @@ def _busy_in(spans: List[Tuple[float, float]], gpu: _Gpu) -> float:
     return _overlap(_merged(spans), busy)
 
 
+SYNC_DRAIN_US = 200     # an idle gap starting this close to a sync point's return: the queue drained at the sync
+
+
+def _gaps(spans: List[Tuple[float, float]], gpu: _Gpu) -> List[Tuple[float, float]]:
+    """The GPU's idle intervals inside the steps."""
+    busy = _merged([(r[0], r[1]) for r in gpu.rows])
+    gaps, i = [], 0
+    for a, b in _merged(spans):
+        at = a
+        while i < len(busy) and busy[i][1] <= a:
+            i += 1
+        j = i
+        while j < len(busy) and busy[j][0] < b:
+            if busy[j][0] > at:
+                gaps.append((at, busy[j][0]))
+            at = max(at, busy[j][1])
+            j += 1
+        if at < b:
+            gaps.append((at, b))
+    return gaps
+
+
+def exposed(ev: RankEvents, gpu: _Gpu, spans: List[Tuple[float, float]], sync) -> Dict[str, float]:
+    """What each cause costs the step, in microseconds over all the steps: the GPU's idle time it holds. An idle gap
+    is the DataLoader's when the host is in the DataLoader for most of it, a sync point's when it opens as a sync
+    returns (the queue drained there), else the host's other work (launches, Python). Exposed communication is the
+    collective kernels' time that no compute overlaps."""
+    loader = _merged([(t, t + d) for t, d in ev.dataloader])
+    sync_ends = sorted(t + d for t, d, _ in sync)
+    out = {"dataloader": 0.0, "host_sync": 0.0, "host_other": 0.0}
+    import bisect
+    for a, b in _gaps(spans, gpu):
+        length = b - a
+        if _overlap([(a, b)], loader) > length / 2:
+            out["dataloader"] += length
+            continue
+        k = bisect.bisect_left(sync_ends, a - SYNC_DRAIN_US)
+        drained = k < len(sync_ends) and sync_ends[k] <= a + SYNC_DRAIN_US
+        out["host_sync" if drained else "host_other"] += length
+    kinds = [gpu.flag(r[4], "kind", _kind) for r in gpu.rows]
+    comm = _merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "comm"])
+    compute = _merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "compute"])
+    inside = _merged(spans)
+    out["comm"] = _overlap(inside, comm) - _overlap(inside, _merged([(max(a, c), min(b, d)) for a, b in comm
+                                                                    for c, d in compute if min(b, d) > max(a, c)]))
+    pageable = [(r[0], r[1]) for r in gpu.rows if gpu.flag(r[4], "pageable", lambda name: bool(_PAGEABLE_H2D.match(name)))]
+    out["h2d_pageable"] = _overlap(inside, _merged(pageable))
+    return out
+
+
 def step_metrics(ev: RankEvents, gpu: _Gpu) -> dict:
     spans = _steps(ev)
     if not spans:
@@ -348,6 +398,9 @@ def step_metrics(ev: RankEvents, gpu: _Gpu) -> dict:
            # the GPU's idle time against the steps, not against its own first and last kernel (HTA's span): a GPU
            # idle most of every step reads as idle even when its kernels sit close together
            "step_idle_pct": _pct(total - _busy_in(spans, gpu), total) if gpu.rows else None}
+    if gpu.rows:
+        # ms per step each cause holds, the gain its removal would buy at most
+        out["exposed_ms"] = {k: round(v / len(spans) / 1000, 3) for k, v in exposed(ev, gpu, spans, sync).items()}
     if ev.collectives:
         merged = [(a, b - a) for a, b in _merged([(t, t + d) for t, d in ev.collectives])]
         waits = [_inside([span], merged) for span in spans]

@@ -143,6 +143,12 @@ def diagnose_document(facts, findings: List[Finding], node: Optional[Snapshot] =
                     ranks=facts.to_dict()["ranks"], node=host_name(node) if node is not None else None)
 
 
+def compare_document(before: dict, after: dict, findings: List[Finding]) -> dict:
+    """diagnose --compare: the two diagnoses whole, and the changes between them."""
+    return envelope("gpuprep.compare/1", worst(findings), summary(findings), findings=[f.to_dict() for f in findings],
+                    before=before, after=after)
+
+
 def watch_document(facts, findings: List[Finding], node: Optional[Snapshot] = None) -> dict:
     """`facts`: job.facts.WatchFacts: each rank's samples, the notes on signals not read, the job's exit code."""
     unjudged = _unjudged(findings)

@@ -447,9 +447,24 @@ def render_watch(document: dict, colour: bool, verbose: bool = False, drift_grou
     return out.text()
 
 
+def render_compare(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
+    """Before and after: each run's step and causes, then what changed."""
+    out = Writer(colour)
+    for side in ("before", "after"):
+        doc = document[side]
+        causes = [f"{f['id']} ({f['evidence'].get('gain_pct_of_step', '?')}%)" for f in doc["findings"]
+                  if f["severity"] in ("warn", "fail")]
+        steps = [r["step_ms"] for r in doc["ranks"] if r.get("step_ms")]
+        out.line(f"{side}: {len(doc['ranks'])} trace(s), step {_num(steps[0]) if steps else '-'} ms; "
+                 + (", ".join(causes) if causes else "no cause named"))
+    render_findings([_finding(f) for f in document["findings"]], out, True, verdict=document["verdict"])
+    return out.text()
+
+
 def render_document(document: dict, colour: bool = False, verbose: bool = False, drift_groups: bool = False) -> str:
     schema = document["schema"].split("/")[0]
     renderer = {"gpuprep.check": render_check, "gpuprep.fleet": render_fleet,
                 "gpuprep.burnin": render_burnin, "gpuprep.plan": render_plan,
-                "gpuprep.diagnose": render_diagnose, "gpuprep.watch": render_watch}[schema]
+                "gpuprep.diagnose": render_diagnose, "gpuprep.watch": render_watch,
+                "gpuprep.compare": render_compare}[schema]
     return renderer(document, colour, verbose, drift_groups)
