@@ -164,3 +164,19 @@ def test_a_change_within_the_steps_own_spread_is_noise():
     hta = api.compare([str(CONTROL)], [str(TRACES / "hta" / "trace_diff__test__test.json.gz")])
     assert [f.severity for f in hta.findings if f.id == "job.compare-step"] == ["warn"]       # 77 -> 107 ms
     assert run_cli("diagnose", "--compare", str(RESNET4)).returncode == 2
+
+
+def test_the_html_report_draws_a_row_per_rank_over_the_steps_in_a_real_browser(tmp_path):
+    """The heat map of step times, one row per rank and one cell per step, as headless Chromium renders it."""
+    from test_formats import chromium, screenshot
+    if not chromium():
+        pytest.skip("needs chromium")
+    page = tmp_path / "diagnose.html"
+    assert run_cli("diagnose", str(TRACES / "hta"), "-o", str(page)).returncode == 0
+    dom = screenshot(page, tmp_path / "diagnose.png")
+    assert dom.count('class="step-cell"') == sum(len(r.step_ms_each or []) for r in
+                                                 api.diagnose([str(TRACES / "hta")]).facts.ranks) > 0
+    assert 'class="step-heatmap"' in dom and "rank 3" in dom
+    from PIL import Image
+    image = Image.open(tmp_path / "diagnose.png").convert("RGB")
+    assert image.getbbox() is not None

@@ -2,21 +2,37 @@
 one rank's events into typed facts (facts.py) with HTA's definitions; judge.py holds the pure job rules."""
 from __future__ import annotations
 
+import os
 from typing import List
 
-from .facts import JobFacts
+from .facts import JobFacts, RankFacts
+
+MAX_WORKERS = 8
+
+
+def _rank(path: str) -> RankFacts:
+    """One trace read streaming into one rank's facts (in a worker process when there are several)."""
+    from .metrics import ClockError, RankEvents, rank_facts
+    from .reader import TraceError, read_trace
+    events = RankEvents()
+    try:
+        return rank_facts(read_trace(path, events.add), events)
+    except ClockError as exc:
+        raise TraceError(f"{path}: event {exc}") from None
 
 
 def diagnose_traces(paths: List[str]) -> JobFacts:
-    """Each trace file (a directory: the traces in it, one per rank) read streaming into one rank's facts."""
-    from .metrics import ClockError, RankEvents, rank_facts
-    from .reader import TraceError, read_trace, trace_files
-    ranks = []
-    for path in trace_files(paths):
-        events = RankEvents()
-        try:
-            ranks.append(rank_facts(read_trace(path, events.add), events))
-        except ClockError as exc:
-            raise TraceError(f"{path}: event {exc}") from None
+    """Each trace file (a directory: the traces in it, one per rank) read into one rank's facts, the ranks in
+    parallel across the machine's cores (one trace's events in memory per worker)."""
+    from .reader import trace_files
+    files = trace_files(paths)
+    workers = min(len(files), os.cpu_count() or 1, MAX_WORKERS)
+    if workers > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            ranks = list(pool.map(_rank, files))
+    else:
+        ranks = [_rank(path) for path in files]
     ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.source))
     return JobFacts(ranks)

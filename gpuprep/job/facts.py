@@ -30,6 +30,7 @@ class RankFacts:
     steps: int = 0
     step_ms: Optional[float] = None          # median ProfilerStep span (the last, often cut, step excluded)
     step_ms_spread: Optional[List[float]] = None    # [min, max]
+    step_ms_each: Optional[List[float]] = None      # every step's time, in order (the heat map's row)
     dataloader_pct: Optional[float] = None   # share of step time inside the DataLoader's __next__
     comm_pct: Optional[float] = None         # merged communication kernel time over the GPU span
     comm_overlap_pct: Optional[float] = None # share of communication time overlapped by compute (HTA)

@@ -391,6 +391,7 @@ def step_metrics(ev: RankEvents, gpu: _Gpu) -> dict:
     sync_in = [s for s in sync if any(a <= s[0] < b for a, b in spans)]
     out = {"steps": len(spans), "step_ms": round(statistics.median(lengths) / 1000, 3),
            "step_ms_spread": [round(min(lengths) / 1000, 3), round(max(lengths) / 1000, 3)],
+           "step_ms_each": [round(v / 1000, 3) for v in lengths[:4096]],
            "dataloader_pct": _pct(_inside(spans, ev.dataloader), total) if ev.dataloader else 0.0,
            "sync_calls_per_step": round(len(sync_in) / len(spans), 2),
            "sync_pct": _pct(_inside(spans, sync), total) if sync else 0.0,

@@ -72,6 +72,8 @@ def _context(document: dict) -> Dict[str, object]:
     elif kind == "burnin":
         context["busbw"] = svg.busbw_plot(document["ranks"])
         context["steps"] = svg.step_bars(document["ranks"])
+    elif kind == "diagnose":
+        context["heatmap"] = svg.step_heatmap(document["ranks"])
     return context
 
 

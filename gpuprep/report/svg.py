@@ -191,3 +191,28 @@ def step_bars(ranks: List[dict], width: int = 640) -> str:
         parts.append(_text(left + length + 6, y + 15, f"{value:.1f} ms", 11, "start"))
     return (f'<svg class="step-bars" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}">' + "".join(parts) + "</svg>")
+
+
+def step_heatmap(ranks: List[dict], cell: int = 14, left: int = 190) -> str:
+    """One row per rank, one cell per step, coloured by the step's time against the job's median step (white at
+    the median or below, red at twice it): a slow rank is a red row, a slow step a red column."""
+    rows = [(r, r.get("step_ms_each") or []) for r in ranks if r.get("step_ms_each")]
+    if not rows:
+        return ""
+    import statistics
+    median = statistics.median(v for _, values in rows for v in values) or 1.0
+    steps = max(len(values) for _, values in rows)
+    width, height = left + steps * cell + 20, len(rows) * cell + 30
+    parts = [_text(left, 12, f"step time against the median ({median:.1f} ms): white at or below, red at 2x", 10,
+                   "start")]
+    for i, (rank, values) in enumerate(rows):
+        y = 20 + i * cell
+        who = f"rank {rank['rank']}" if rank.get("rank") is not None else str(rank.get("source", "?")).rsplit("/", 1)[-1]
+        parts.append(_text(left - 6, y + cell - 3, who[:30], 10, "end"))
+        for j, value in enumerate(values):
+            heat = max(0.0, min(1.0, value / median - 1.0))
+            shade = int(255 * (1 - heat))
+            parts.append(f'<rect class="step-cell" x="{left + j * cell}" y="{y}" width="{cell - 1}" height="{cell - 1}" '
+                         f'fill="rgb(255,{shade},{shade})" stroke="#ccc"><title>{value:.1f} ms</title></rect>')
+    return (f'<svg class="step-heatmap" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}">' + "".join(parts) + "</svg>")

@@ -2,7 +2,7 @@
 only when the stream is a TTY (rich is not imported: `gpuprep check` must start fast)."""
 from __future__ import annotations
 
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from ..rules import SEVERITY_RANK, Finding
 from ..snapshot import Snapshot
@@ -402,18 +402,26 @@ def _num(value, suffix: str = "") -> str:
 
 
 def render_diagnose(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
-    """A row per rank (HTA's breakdown, the step, the DataLoader's share), then the causes with their fixes."""
+    """A row per rank (HTA's breakdown, the step, the DataLoader's share, the exposed communication, its first
+    cause), then the causes with their gains and fixes."""
     out = Writer(colour)
     out.line(f"Job: {len(document['ranks'])} trace(s)" + (f", joined with node {document['node']}"
                                                           if document.get("node") else ""))
+    causes: Dict[str, str] = {}
+    for f in document["findings"]:            # largest gain first: a rank's first cause is its biggest
+        if f["severity"] in ("warn", "fail"):
+            causes.setdefault(f["subject"], f["id"])
     out.line(f"  {'rank':<6} {'gpu':<22} {'steps':>5} {'step ms':>9} {'idle%':>6} {'comp%':>6} {'host-wait%':>10} "
-             f"{'loader%':>7} {'TC%':>5}")
+             f"{'loader%':>7} {'TC%':>5} {'comm ms':>7}  cause")
     for r in document["ranks"]:
         who = "-" if r["rank"] is None else str(r["rank"])
-        out.line(f"  {who:<6} {(r['gpu_name'] or 'no GPU')[:22]:<22} {r['steps']:>5} {_num(r['step_ms']):>9} "
+        subject = f"rank {r['rank']}" if r["rank"] is not None else r["source"].rsplit("/", 1)[-1]
+        gpu = r["gpu_name"] or ("no GPU" if not r.get("gpu_kernels") else f"{r.get('vendor') or 'a'} GPU")
+        out.line(f"  {who:<6} {gpu[:22]:<22} {r['steps']:>5} {_num(r['step_ms']):>9} "
                  f"{_num(r['idle_pct']):>6} {_num(r['compute_pct']):>6} "
                  f"{_num((r['idle_breakdown_pct'] or {}).get('host_wait')):>10} {_num(r['dataloader_pct']):>7} "
-                 f"{_num(r['tensor_core_pct']):>5}")
+                 f"{_num(r['tensor_core_pct']):>5} {_num((r.get('exposed_ms') or {}).get('comm')):>7}  "
+                 f"{causes.get(subject, '-')}")
     render_findings([_finding(f) for f in document["findings"]], out, verbose, verdict=document["verdict"],
                     unjudged=document.get("not_judged"))
     return out.text()
