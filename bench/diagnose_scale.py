@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""gpuprep diagnose at job scale (issue 44), side by side in one run, on the largest trace in the repository and on
+a directory of 8 copies of it (ranks renamed, files only copied):
+- gpuprep's time against HTA's (goal >= 10x);
+- gpuprep's time against only decompressing and JSON-parsing the same bytes with the fastest parser installed
+  (orjson if present, else the standard json module): that is the limit (goal <= 2x);
+- gpuprep's peak memory (max RSS, less a bare interpreter's) against the largest decompressed trace (goal <= 1x);
+- the 8-rank directory on this machine's cores (goal <= 10 s on 2 cores).
+Each figure is the best of RUNS fresh processes; interpreter start-up is in every time, as a user meets it.
+Usage: python bench/diagnose_scale.py [--runs 3]"""
+import argparse
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LARGEST = max((REPO / "tests" / "traces").glob("*/*.json.gz"), key=lambda p: p.stat().st_size)
+
+GPUPREP = "import sys\nfrom gpuprep import api\napi.diagnose(sys.argv[1:])\n"
+PARSE = """import gzip, sys
+try:
+    import orjson as parser
+except ImportError:
+    import json as parser
+for path in sys.argv[1:]:
+    with gzip.open(path, "rb") as fh:
+        parser.loads(fh.read())
+"""
+BARE = "pass\n"
+HTA = """import logging, sys, warnings
+logging.disable(logging.CRITICAL); warnings.simplefilter("ignore")
+from hta.trace_analysis import TraceAnalysis
+analysis = TraceAnalysis(trace_dir=sys.argv[1])
+for breakdown in (analysis.get_temporal_breakdown, analysis.get_idle_time_breakdown):
+    try:
+        breakdown(visualize=False)
+    except Exception:
+        pass
+"""
+
+
+def measure(code, args, runs):
+    """(seconds, peak RSS MiB): the best of `runs` fresh processes."""
+    best = None
+    for _ in range(runs):
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        if status != 0:
+            raise SystemExit(f"a run failed (status {status}): {code.splitlines()[0]} {args}")
+        sample = (seconds, usage.ru_maxrss / 1024)
+        best = sample if best is None else (min(best[0], sample[0]), min(best[1], sample[1]))
+    return best
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    runs = parser.parse_args().runs
+    decompressed = len(gzip.open(LARGEST).read()) / (1 << 20)
+    with tempfile.TemporaryDirectory() as tmp:
+        one, eight = Path(tmp) / "one", Path(tmp) / "eight"
+        one.mkdir()
+        eight.mkdir()
+        shutil.copy(LARGEST, one / LARGEST.name)
+        for rank in range(8):
+            shutil.copy(LARGEST, eight / f"rank{rank}.pt.trace.json.gz")
+        bare_s, bare_mb = measure(BARE, [], runs)
+        ours_s, ours_mb = measure(GPUPREP, [LARGEST], runs)
+        parse_s, _ = measure(PARSE, [LARGEST], runs)
+        dir_s, _ = measure(GPUPREP, [eight], runs)
+        dir_parse_s, _ = measure(PARSE, sorted(eight.iterdir()), runs)
+        try:
+            import hta  # noqa: F401
+            hta_s, _ = measure(HTA, [one], runs)
+            hta_dir_s, _ = measure(HTA, [eight], 1)
+        except ImportError:
+            hta_s = hta_dir_s = None
+    print(f"largest trace: {LARGEST.relative_to(REPO)} ({LARGEST.stat().st_size >> 10} KiB, {decompressed:.0f} MiB "
+          f"decompressed); best of {runs} fresh processes; {os.cpu_count()} cores")
+    print(f"{'':28} {'gpuprep s':>9} {'HTA s':>7} {'vs HTA':>7} {'parse s':>8} {'vs parse':>8}")
+    for label, ours, theirs, parse in (("one trace", ours_s, hta_s, parse_s), ("8 ranks (a directory)", dir_s,
+                                                                              hta_dir_s, dir_parse_s)):
+        versus = f"{theirs / ours:6.1f}x" if theirs else "    n/a"
+        print(f"{label:28} {ours:9.2f} {theirs or float('nan'):7.2f} {versus} {parse:8.2f} {ours / parse:7.2f}x")
+    print(f"peak memory: gpuprep {ours_mb:.0f} MiB, a bare interpreter {bare_mb:.0f} MiB: "
+          f"{(ours_mb - bare_mb) / decompressed:.2f}x the decompressed trace")
+    print("goals: vs HTA >= 10x; vs parse <= 2x; memory <= 1x; 8 ranks <= 10 s on 2 cores")
+
+
+if __name__ == "__main__":
+    main()
