@@ -283,3 +283,41 @@ def test_a_fifo_given_as_baseline_is_refused_at_once(tmp_path):
     done = run_cli("burnin", "--backend", "gloo", "--duration", "5s", "--baseline", str(fifo), timeout=30)
     assert done.returncode == 2 and "not a regular file" in done.stderr, done.stderr
 
+
+
+def _peers(compute_ms, name="NVIDIA H100 80GB HBM3", power=None):
+    ranks = []
+    for i, ms in enumerate(compute_ms):
+        rank = {"rank": i, "world_size": len(compute_ms), "host": f"node{i // 8}", "device": f"cuda:{i % 8}",
+                "gpu_name": name, "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0", "steps": 40,
+                "compute_ms": [ms] * 40, "step_ms": [ms * 1.3] * 40,
+                "allreduce": [{"bytes": 1 << 30, "busbw_gbs": 400.0}], "memory": {"ok": True}}
+        if power:
+            rank["gpu"] = {"training_max_power_w": power[i], "power_limit_w": 700.0, "training_samples": 40}
+        ranks.append(rank)
+    return RunResult(ranks={r["rank"]: r for r in ranks}, world_size=len(ranks), exit_code=0, timed_out=False,
+                     wall_seconds=70)
+
+
+def test_a_gpu_slow_among_its_peers_is_named_though_it_passes_every_threshold():
+    """Eight H100s, one 15% slower in its compute step: under the straggler's 25% margin, but 15 spreads from its
+    peers' median. Nothing is named where all are alike (1% noise)."""
+    findings = judge(_peers([100.0, 101.0, 99.5, 100.4, 115.0, 100.8, 99.7, 100.2]))
+    (slow,) = [f for f in findings if f.id == "burnin.slow-gpu"]
+    assert slow.subject.startswith("rank 4") and slow.evidence["peers"] == 7 and slow.evidence["host"] == "node0"
+    assert not [f for f in findings if f.id == "burnin.straggler"]
+    alike = judge(_peers([100.0, 101.0, 99.5, 100.4, 100.9, 100.8, 99.7, 100.2]))
+    assert not [f for f in alike if f.id == "burnin.slow-gpu"]
+
+
+def test_a_gpu_drawing_less_power_than_its_peers_is_named():
+    findings = judge(_peers([100.0] * 4, power=[690.0, 695.0, 520.0, 688.0]))
+    assert [(f.subject.split(" (")[0], f.evidence["figure"]) for f in findings if f.id == "burnin.slow-gpu"] == \
+        [("rank 2", "peak training power")]
+
+
+def test_too_few_of_a_model_is_said_never_a_pass_by_comparison():
+    findings = judge(_peers([100.0, 130.0]))
+    assert not [f for f in findings if f.id == "burnin.slow-gpu"]
+    (passed,) = [f for f in findings if f.id == "burnin.pass"] or [None]
+    assert passed is None or "too few to compare" in passed.evidence["peer_comparison"][0]

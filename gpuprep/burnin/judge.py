@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from ..parsers.nvsmi import THROTTLE_REASONS
 from ..rules import Finding, declared, registrar
@@ -145,6 +145,82 @@ def no_steps(ranks: Ranks) -> List[Finding]:
             for rank in ranks.complete if rank.steps == 0 or not rank.step_ms]
 
 
+# a GPU is slow among its peers (the same model in the same run) when its figure is this many robust spreads
+# (1.4826 x the median absolute deviation: one standard deviation of a normal sample) past the peers' median, and
+# at least MIN_PEER_GAP worse: a spread of nearly nothing must not name a GPU 1% off
+PEER_SPREADS = 3.5
+MIN_PEER_GAP = 0.10
+# (figure, how to read it from a rank, whether higher is better, unit)
+PEER_FIGURES = (
+    ("compute step", lambda r: statistics.median(r.compute_ms) if r.compute_ms else None, False, "ms"),
+    ("peak training power", lambda r: (r.gpu or RankGpu()).training_max_power_w, True, "W"),
+    ("lowest SM clock", lambda r: (r.gpu or RankGpu()).min_sm_clock_mhz, True, "MHz"),
+)
+
+
+def _model(rank: Rank) -> str:
+    return rank.gpu_name or ("CPU" if rank.device == "cpu" else "unknown GPU")
+
+
+def _outlier(value: float, peers: List[float], higher_is_better: bool) -> Optional[float]:
+    """How many robust spreads `value` lies on the bad side of its peers' median, when it is an outlier."""
+    median = statistics.median(peers)
+    spread = 1.4826 * statistics.median(abs(p - median) for p in peers)
+    worse = (median - value) if higher_is_better else (value - median)
+    if median <= 0 or worse < MIN_PEER_GAP * median:
+        return None
+    spreads = worse / spread if spread > 0 else float("inf")
+    return spreads if spreads >= PEER_SPREADS else None
+
+
+@burnin_rule("burnin.slow-gpu")
+def slow_gpu(ranks: Ranks) -> List[Finding]:
+    """Each GPU against the others of its model in this run (median and MAD, not mean and deviation): the slow GPU
+    that passes every absolute threshold is named. Fewer than three of a model cannot say which one is slow: the
+    pass says so (peer_comparison), never a pass by comparison."""
+    return [f for model, members in sorted(_by_model(ranks.complete).items()) if len(members) >= 3
+            for f in _slow_members(model, members)]
+
+
+def _by_model(complete: List[Rank]) -> Dict[str, List[Rank]]:
+    by_model: Dict[str, List[Rank]] = {}
+    for rank in complete:
+        by_model.setdefault(_model(rank), []).append(rank)
+    return by_model
+
+
+def peer_comparison(complete: List[Rank]) -> List[str]:
+    """What the peer comparison could judge: '8 NVIDIA H100 80GB HBM3 compared', '2 CPU: too few to compare'."""
+    return [f"{len(m)} {model} " + ("compared with each other" if len(m) >= 3 else "rank(s): too few to compare with "
+                                    "peers (3 or more of a model are)") for model, m in sorted(_by_model(complete).items())]
+
+
+def _slow_members(model: str, members: List[Rank]) -> List[Finding]:
+    out = []
+    for name, read, higher_is_better, unit in PEER_FIGURES:
+        values = {r.rank: read(r) for r in members if read(r) is not None}
+        if len(values) < 3:
+            continue
+        for rank in members:
+            if rank.rank not in values:
+                continue
+            peers = [v for k, v in values.items() if k != rank.rank]
+            spreads = _outlier(values[rank.rank], peers, higher_is_better)
+            if spreads is None:
+                continue
+            out.append(Finding("burnin.slow-gpu", "warn", _label(rank),
+                               f"{_label(rank)} is slow for a {model}: {name} {values[rank.rank]:.1f} {unit} against "
+                               f"its peers' median {statistics.median(peers):.1f} {unit}",
+                               {"model": model, "figure": name, "value": round(values[rank.rank], 2),
+                                "peers_median": round(statistics.median(peers), 2), "peers": len(peers),
+                                "spreads": round(spreads, 1) if spreads != float("inf") else None,
+                                "host": rank.host, "pci_bus_id": rank.pci_bus_id},
+                               "Compare this GPU with its neighbours: clocks and throttle reasons, power limit, PCIe "
+                               "link and temperature (`gpuprep check`); swap it with a peer to tell the GPU from the "
+                               "slot", "SuperBench (peer comparison of the same SKU); median and MAD"))
+    return out
+
+
 @burnin_rule("burnin.straggler")
 def straggler(ranks: Ranks) -> List[Finding]:
     if len(ranks.complete) < 2:
@@ -265,7 +341,7 @@ def _passed(complete: List[Rank]) -> Finding:
     steps = [statistics.median(r.step_ms) for r in complete if r.step_ms]
     busbw = f"peak all-reduce busbw {peak:.2f} GB/s" if len(complete) > 1 else "all-reduce busbw n/a with one rank"
     return Finding("burnin.pass", "pass", "run", f"{len(complete)} rank(s) completed; {busbw}",
-                   {"peak_busbw_gbs": round(peak, 3),
+                   {"peak_busbw_gbs": round(peak, 3), "peer_comparison": peer_comparison(complete),
                     "median_step_ms": round(statistics.median(steps), 2) if steps else None})
 
 
