@@ -402,15 +402,21 @@ def step_metrics(ev: RankEvents, gpu: _Gpu) -> dict:
     if gpu.rows:
         # ms per step each cause holds, the gain its removal would buy at most
         out["exposed_ms"] = {k: round(v / len(spans) / 1000, 3) for k, v in exposed(ev, gpu, spans, sync).items()}
-    if ev.collectives:
-        merged = [(a, b - a) for a, b in _merged([(t, t + d) for t, d in ev.collectives])]
-        waits = [_inside([span], merged) for span in spans]
-        out["comm_wait_ms"] = round(statistics.median(waits) / 1000, 3)
-        out["work_ms"] = round(statistics.median(length - wait for length, wait in zip(lengths, waits)) / 1000, 3)
+    out.update(_waits(ev, spans))
     kernels = gpu.kernels()
     if kernels:
         out["kernels_per_step"] = round(sum(1 for r in kernels if any(a <= r[0] < b for a, b in spans)) / len(spans), 1)
     return out
+
+
+def _waits(ev: RankEvents, spans: List[Tuple[float, float]]) -> dict:
+    """Per step, the main thread's time in collectives (waiting for the others) and the rest (its own work)."""
+    if not ev.collectives:
+        return {}
+    merged = [(a, b - a) for a, b in _merged([(t, t + d) for t, d in ev.collectives])]
+    waits = [_inside([span], merged) for span in spans]
+    return {"comm_wait_ms": round(statistics.median(waits) / 1000, 3),
+            "work_ms": round(statistics.median((b - a) - wait for (a, b), wait in zip(spans, waits)) / 1000, 3)}
 
 
 def kernel_metrics(ev: RankEvents, gpu: _Gpu) -> dict:
