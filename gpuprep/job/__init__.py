@@ -24,8 +24,12 @@ def _rank(path: str) -> RankFacts:
 def diagnose_traces(paths: List[str]) -> JobFacts:
     """Each trace file (a directory: the traces in it, one per rank) read into one rank's facts, the ranks in
     parallel across the machine's cores (one trace's events in memory per worker)."""
+    from .flight import looks_like_dump, read_dump
     from .reader import trace_files
-    files = trace_files(paths)
+    files, dumps = [], []
+    for path in trace_files(paths):
+        (dumps if _head(path, looks_like_dump) else files).append(path)
+    collectives = sorted((read_dump(path) for path in dumps), key=lambda c: c.rank)
     workers = min(len(files), os.cpu_count() or 1, MAX_WORKERS)
     if workers > 1:
         import multiprocessing
@@ -35,4 +39,16 @@ def diagnose_traces(paths: List[str]) -> JobFacts:
     else:
         ranks = [_rank(path) for path in files]
     ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.source))
-    return JobFacts(ranks)
+    return JobFacts(ranks, collectives)
+
+
+def _head(path: str, test) -> bool:
+    """`test` of the file's first bytes (a regular file's; anything else is the trace reader's to refuse)."""
+    import stat
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        with open(path, "rb") as fh:
+            return test(fh.read(4096))
+    except OSError:
+        return False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..parsers.values import compress_cpulist
 
@@ -60,9 +60,10 @@ class RankFacts:
 @dataclass
 class JobFacts:
     ranks: List[RankFacts]
+    collectives: List[Any] = field(default_factory=list)    # flight.RankCollectives: each rank's flight recorder
 
     def to_dict(self) -> dict:
-        return {"ranks": [r.to_dict() for r in self.ranks]}
+        return {"ranks": [r.to_dict() for r in self.ranks], "collectives": [c.to_dict() for c in self.collectives]}
 
 
 @dataclass

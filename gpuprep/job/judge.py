@@ -765,6 +765,7 @@ def watch_summary(job: Job) -> List[Finding]:
     return out
 
 
+from . import across  # noqa: E402,F401 (registers the rules across ranks and nodes)
 from .compare import COMPARE_IDS  # noqa: E402 (the comparison's ids are job ids too)
 
 JOB_IDS = frozenset(i for fn in JOB_RULES for i in fn.ids) | COMPARE_IDS
