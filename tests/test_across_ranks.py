@@ -78,3 +78,60 @@ def test_a_real_hung_job_is_named_from_the_dumps_it_wrote(tmp_path):
         sock.unlink()
     assert sorted(p.name for p in tmp_path.glob("api_json_rank_*.json")) == [f"api_json_rank_{r}.json" for r in range(3)]
     assert _named(api.diagnose([str(tmp_path)])) == {("job.collective-missing", "rank 2")}
+
+
+# -- NCCL's RAS service ------------------------------------------------------------------------------------------
+
+RAS = REPO / "tests" / "data" / "ras"
+
+
+def _ras(name):
+    return (RAS / name).read_text()
+
+
+@pytest.mark.parametrize("version, text, json_form, expect", [
+    ("2.25.1", "text_docs_dead.txt", None, {("job.rank-dead", "process 3487984"), ("job.rank-dead", "rank 21")}),
+    ("2.26.2", "text_2.26.2_issue1911_mismatch.txt", None, {("job.ranks-behind", "job")}),
+    ("2.26.2", "text_2.26.2_issue1730_healthy.txt", None, set()),
+    ("2.28.9", "text_2.26.2_issue1730_healthy.txt", "json_2.28.9_real_a10g_mismatch.txt", {("job.ranks-behind", "rank 1")}),
+    ("2.28.9", "text_2.26.2_issue1730_healthy.txt", "json_synth_2.28.9_buggy_missing_rank.txt", {("job.rank-dead", "rank 1")}),
+    ("2.31.2", "text_2.26.2_issue1730_healthy.txt", "json_synth_2.29plus_fixed_missing_rank.txt", {("job.rank-dead", "rank 1")}),
+])
+def test_the_ras_client_reads_every_form_nccl_prints(version, text, json_form, expect):
+    from gpuprep.job.across import rank_dead, ranks_behind
+    from gpuprep.job.facts import JobFacts
+    from gpuprep.job.judge import Job
+    from gpuprep.job.ras import query
+    from ras_standin import RasStandIn
+    server = RasStandIn(version, _ras(text), _ras(json_form) if json_form else None)
+    try:
+        report = query(server.addr, timeout=2)
+    finally:
+        server.close()
+    assert server.seen[:3] == ["CLIENT PROTOCOL 2", "TIMEOUT 2", "SET FORMAT json"] and server.seen[-1] == "VERBOSE STATUS"
+    job = Job(JobFacts([], [], report))
+    found = {(f.id, f.subject) for f in rank_dead(job) + ranks_behind(job)}
+    assert found == expect, found
+
+
+def test_a_saved_ncclras_report_joins_diagnose_and_a_missing_rank_fails(tmp_path):
+    saved = tmp_path / "ncclras.txt"
+    saved.write_text(_ras("text_docs_incomplete_timeout.txt"))
+    done = run_cli("diagnose", str(saved), "--json")
+    doc = json.loads(done.stdout)
+    assert done.returncode == 1 and ("job.rank-dead", "fail") in {(f["id"], f["severity"]) for f in doc["findings"]}
+    (process,) = [f for f in doc["findings"] if f["subject"] == "process 3487984"]
+    assert process["evidence"]["host"] == "172.16.64.213" and process["evidence"]["gpu"] == 5
+
+
+def test_watch_reads_the_nodes_ras_service_where_it_answers(tmp_path):
+    from ras_standin import RasStandIn
+    server = RasStandIn("2.29.2", "", _ras("json_synth_2.29plus_fixed_missing_rank.txt"))
+    try:
+        done = run_cli("watch", "--json", "--", sys.executable, "-c", "import time; time.sleep(2)",
+                       env={"NCCL_RAS_ADDR": server.addr})
+    finally:
+        server.close()
+    doc = json.loads(done.stdout)
+    assert doc["ras"]["missing"][0]["rank"] == 1 and ("job.rank-dead", "rank 1") in {(f["id"], f["subject"])
+                                                                                     for f in doc["findings"]}

@@ -25,11 +25,14 @@ def diagnose_traces(paths: List[str]) -> JobFacts:
     """Each trace file (a directory: the traces in it, one per rank) read into one rank's facts, the ranks in
     parallel across the machine's cores (one trace's events in memory per worker)."""
     from .flight import looks_like_dump, read_dump
+    from .ras import looks_like_report
     from .reader import trace_files
-    files, dumps = [], []
-    for path in trace_files(paths):
-        (dumps if _head(path, looks_like_dump) else files).append(path)
+    files, dumps, reports = [], [], []
+    for path in trace_files(list(paths)):
+        kind = dumps if _head(path, looks_like_dump) else reports if _head(path, looks_like_report) else files
+        kind.append(path)
     collectives = sorted((read_dump(path) for path in dumps), key=lambda c: c.rank)
+    ras = _ras_report(reports)
     workers = min(len(files), os.cpu_count() or 1, MAX_WORKERS)
     if workers > 1:
         import multiprocessing
@@ -39,7 +42,21 @@ def diagnose_traces(paths: List[str]) -> JobFacts:
     else:
         ranks = [_rank(path) for path in files]
     ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.source))
-    return JobFacts(ranks, collectives)
+    return JobFacts(ranks, collectives, ras)
+
+
+def _ras_report(paths: List[str]):
+    """The RAS report saved from `ncclras` (one per job: the last given), or None."""
+    from ..errors import BadInput
+    from .ras import MAX_REPORT, parse
+    if not paths:
+        return None
+    with open(paths[-1], "rb") as fh:
+        text = fh.read(MAX_REPORT).decode("utf-8", "replace")
+    try:
+        return parse(text)
+    except BadInput as exc:
+        raise BadInput(f"{paths[-1]}: {exc}") from None
 
 
 def _head(path: str, test) -> bool:

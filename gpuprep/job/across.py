@@ -66,3 +66,56 @@ def desync(job: Job) -> List[Finding]:
                                    "PyTorch flight recorder"))
                 break
     return out
+
+
+def _ras(job: Job):
+    """NCCL's RAS report: a saved `ncclras` output given to diagnose, or the node's, read live by watch."""
+    return job.facts.ras or (job.watch.ras if job.watch is not None else None)
+
+
+def _where(rank) -> str:
+    parts = [f"GPU {rank.gpu}" if rank.gpu is not None else "", f"process {rank.pid}" if rank.pid else "",
+             f"on node {rank.host}" if rank.host else ""]
+    return ", ".join(p for p in parts if p)
+
+
+@job_rule("job.rank-dead")
+def rank_dead(job: Job) -> List[Finding]:
+    """A rank NCCL's RAS service cannot reach: missing from its communicators (not answering), or dead (60 s
+    unreachable). The node it ran on is named, so `gpuprep check` can be run there."""
+    report = _ras(job)
+    if report is None:
+        return []
+    out = []
+    for rank in report.missing:
+        who = f"rank {rank.rank}" if rank.rank is not None else f"process {rank.pid}"
+        state = "dead: unreachable through NCCL's RAS network" if rank.dead else "missing from its communicators"
+        where = _where(rank)
+        out.append(Finding("job.rank-dead", "fail", who, f"{who} ({where}) is {state}" if where else f"{who} is {state}",
+                           {"rank": rank.rank, "host": rank.host, "pid": rank.pid, "gpu": rank.gpu, "dead": rank.dead,
+                            "nccl": report.version},
+                           "Find why it stopped: the process's exit (its log, dmesg for an OOM kill) and its node "
+                           f"(`gpuprep check` on {rank.host or 'that node'}: Xids, the GPU, the NIC)",
+                           "NCCL RAS (ncclras)"))
+    return out
+
+
+@job_rule("job.ranks-behind")
+def ranks_behind(job: Job) -> List[Finding]:
+    """Ranks behind the others in collectives launched, as RAS counts them. In a running job the counts drift by
+    one now and then: a warning, naming the ranks behind where NCCL lists them, never a failure alone."""
+    report = _ras(job)
+    if report is None or report.ahead_operations is None:
+        return []
+    if not report.behind:
+        return [Finding("job.ranks-behind", "warn", "job", "Ranks differ in collectives launched: "
+                        + "; ".join(report.counts), {"counts": report.counts, "nccl": report.version},
+                        "Ask again in a few seconds: a difference that stays while the job makes no progress names "
+                        "the ranks that stopped", "NCCL RAS (ncclras)")]
+    return [Finding("job.ranks-behind", "warn", f"rank {r.rank}", f"rank {r.rank} ({_where(r)}) has launched "
+                    f"{r.operations} collectives, the furthest ranks {report.ahead_operations}",
+                    {"rank": r.rank, "host": r.host, "gpu": r.gpu, "operations": r.operations,
+                     "furthest": report.ahead_operations, "nccl": report.version},
+                    "If the job makes no progress, this rank is the one the others wait for: see where it stopped "
+                    "(py-spy dump) and its node (`gpuprep check`)", "NCCL RAS (ncclras)")
+            for r in report.behind]

@@ -61,9 +61,11 @@ class RankFacts:
 class JobFacts:
     ranks: List[RankFacts]
     collectives: List[Any] = field(default_factory=list)    # flight.RankCollectives: each rank's flight recorder
+    ras: Any = None                                         # ras.RasReport: what NCCL's RAS service said
 
     def to_dict(self) -> dict:
-        return {"ranks": [r.to_dict() for r in self.ranks], "collectives": [c.to_dict() for c in self.collectives]}
+        return {"ranks": [r.to_dict() for r in self.ranks], "collectives": [c.to_dict() for c in self.collectives],
+                "ras": self.ras.to_dict() if self.ras is not None else None}
 
 
 @dataclass
@@ -109,11 +111,13 @@ class WatchFacts:
     nccl_transports: List[str] = field(default_factory=list)   # what NCCL's log said it used: IB, Socket, ...
     job_ended: bool = False                           # the job ended while watched (no hang can be judged)
     signal: Optional[int] = None                      # the signal that stopped the watch (SIGINT, SIGTERM), if any
+    ras: Any = None                                   # ras.RasReport of the node's NCCL processes, where they answer
 
     def to_dict(self) -> dict:
         return {"ranks": [r.to_dict() for r in self.ranks], "seconds": round(self.seconds, 1),
                 "samples": self.samples, "notes": self.notes, "exit_code": self.exit_code,
-                "nccl_transports": self.nccl_transports, "job_ended": self.job_ended, "signal": self.signal}
+                "nccl_transports": self.nccl_transports, "job_ended": self.job_ended, "signal": self.signal,
+                "ras": self.ras.to_dict() if self.ras is not None else None}
 
 
 def _share(part, whole) -> Optional[float]:

@@ -54,7 +54,7 @@ def trace_files(paths: List[str]) -> List[str]:
                 raise TraceError(f"{path}: no trace files (*.json, *.json.gz) in this directory")
             found += [os.path.join(path, n) for n in names]
         elif os.path.exists(path):
-            found.append(path)
+            found.append(path)          # named one by one: any name (ncclras.txt, a dump) is read
         else:
             raise TraceError(f"{path}: no such file or directory")
     return list(dict.fromkeys(found))

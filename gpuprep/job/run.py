@@ -63,9 +63,20 @@ def _watch(pid, command, seconds, interval, on_sample, job_stdout, logs) -> Watc
     exit_code = _finish(job, stopped) if job is not None else None
     facts = _facts(watcher, time.monotonic() - started, exit_code, _transports(logs) if logs else [], ended)
     facts.signal = stopped
+    facts.ras = _ras_now()
     if not watcher.ranks:
         facts.notes.append("the job ended before its first sample: nothing was watched")
     return facts
+
+
+def _ras_now():
+    """NCCL's RAS report of this node's NCCL processes (NCCL_RAS_ADDR, else localhost:28028), or None where nothing
+    answers (no NCCL job, NCCL before 2.24, RAS off)."""
+    from .ras import DEFAULT_ADDR, query
+    try:
+        return query(os.environ.get("NCCL_RAS_ADDR") or DEFAULT_ADDR, timeout=3)
+    except (OSError, ValueError, BadInput):
+        return None
 
 
 def _start(command: List[str], job_stdout, logs: str) -> subprocess.Popen:
