@@ -12,11 +12,12 @@ import argparse
 import gzip
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from diagnose_vs_hta import measure  # noqa: E402 (one way to time a fresh process, for both benches)
 
 REPO = Path(__file__).resolve().parent.parent
 LARGEST = max((REPO / "tests" / "traces").glob("*/*.json.gz"), key=lambda p: p.stat().st_size)
@@ -42,22 +43,6 @@ for breakdown in (analysis.get_temporal_breakdown, analysis.get_idle_time_breakd
     except Exception:
         pass
 """
-
-
-def measure(code, args, runs):
-    """(seconds, peak RSS MiB): the best of `runs` fresh processes."""
-    best = None
-    for _ in range(runs):
-        start = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - start
-        if status != 0:
-            raise SystemExit(f"a run failed (status {status}): {code.splitlines()[0]} {args}")
-        sample = (seconds, usage.ru_maxrss / 1024)
-        best = sample if best is None else (min(best[0], sample[0]), min(best[1], sample[1]))
-    return best
 
 
 def main():

@@ -33,17 +33,18 @@ with tempfile.TemporaryDirectory() as tmp:
 """
 
 
-def measure(code: str, trace: Path):
-    """(seconds, peak RSS in MiB): the best of RUNS fresh processes."""
+def measure(code: str, trace, runs: int = RUNS):
+    """(seconds, peak RSS in MiB): the best of `runs` fresh processes given `trace` (a path, or a list of them)."""
     best = None
-    for _ in range(RUNS):
+    args = [str(a) for a in (trace if isinstance(trace, list) else [trace])]
+    for _ in range(runs):
         start = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-c", code, str(trace)], stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - start
         if status != 0:
-            raise SystemExit(f"{trace.name}: the run failed (status {status})")
+            raise SystemExit(f"{args}: the run failed (status {status})")
         sample = (seconds, usage.ru_maxrss / 1024)
         best = sample if best is None else (min(best[0], sample[0]), min(best[1], sample[1]))
     return best
