@@ -406,7 +406,9 @@ def render_diagnose(document: dict, colour: bool, verbose: bool = False, drift_g
     cause), then the causes with their gains and fixes."""
     out = Writer(colour)
     out.line(f"Job: {len(document['ranks'])} trace(s)" + (f", joined with node {document['node']}"
-                                                          if document.get("node") else ""))
+                                                          if document.get("node") else
+                                                          "; the node's facts not joined (--from node.json or --node "
+                                                          "adds its PCIe links, NUMA, throttling, NCCL transport)"))
     causes: Dict[str, str] = {}
     for f in document["findings"]:            # largest gain first: a rank's first cause is its biggest
         if f["severity"] in ("warn", "fail"):
