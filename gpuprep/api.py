@@ -254,6 +254,36 @@ class BurninResult:
         return burnin_document(self.run, self.findings, self.backend, self.seconds)
 
 
+def store_burnin(document: dict, path: str) -> int:
+    """Keep a burn-in report's GPUs in the results store at `path` (SQLite, created when missing); rows written."""
+    from . import arguments as a
+    from .store import record
+    a.text("store", path, optional=False)
+    return record(path, document)
+
+
+def compare_with_fleet(result: "BurninResult", path: str, days: float = 90) -> None:
+    """Add to `result` each GPU's judgement against the same model's GPUs in the results store."""
+    import os
+    from .burnin.peers import against_fleet
+    from .store import history, rows_of
+    past = history(path, since_days=days) if os.path.isfile(path) else {}
+    result.findings += against_fleet(rows_of(result.document()), past)
+
+
+def fleet_report(path: str, *, days: float = 90) -> dict:
+    """`gpuprep fleet report`: the store's GPUs judged against their model and their own history (a document)."""
+    from .burnin.peers import fleet_report as judged
+    from .report import envelope, summary
+    from .rules import worst
+    from .store import history
+    past = history(path, since_days=days)
+    findings = judged(past)
+    return envelope("gpuprep.fleet-report/1", worst(findings) if findings else "info", summary(findings),
+                    store=path, days=days, models={model: len(series) for model, series in past.items()},
+                    findings=[f.to_dict() for f in findings])
+
+
 def burnin_ranks(ranks: Optional[int], backend: str = "auto"):
     """(backend, ranks per node) a burn-in on this host uses: nccl with one rank per GPU where there are GPUs,
     else gloo with 2 ranks."""

@@ -602,10 +602,13 @@ def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verb
 @click.option("--baseline", metavar="REPORT", help="A passing burn-in report of this node (--json -o): warn when "
                                                    "all-reduce busbw drops over 5% below it (PCIe and NVL boxes "
                                                    "have no published figure).")
+@click.option("--store", metavar="FILE.sqlite", help="Keep this run's GPUs in a results store (created when missing).")
+@click.option("--compare-fleet", metavar="FILE.sqlite", help="Judge each GPU against the same model's GPUs in this "
+                                                             "results store (the last 90 days); this run is kept there.")
 @_format_options
 @_connection_options
-def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_timeout, baseline, fmt, as_json,
-           output):
+def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_timeout, baseline, store, compare_fleet,
+           fmt, as_json, output):
     """Short torchrun DDP burn-in: every rank trains, all-reduce bandwidth sweep, memory check, straggler named."""
     from . import api
     from .burnin import parse_duration
@@ -629,8 +632,31 @@ def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_
                             node_rank=node_rank, master=master, rdzv_timeout=rdzv_timeout, inventory=inventory,
                             connection=_connection() if inventory else None, on_start=started,
                             on_progress=on_progress, baseline=baseline)
+    if compare_fleet:
+        api.compare_with_fleet(result, compare_fleet)
     document = result.document()
+    for path in {p for p in (store, compare_fleet) if p}:
+        api.store_burnin(document, path)
     _emit(document, fmt, output)
+    return _verdict_exit(document)
+
+
+@cli.group()
+def fleet():
+    """The fleet's burn-in history (a results store)."""
+
+
+@fleet.command("report")
+@click.argument("store", metavar="STORE.sqlite")
+@click.option("--days", type=click.FloatRange(0.01, 3650), default=90, show_default=True,
+              help="Only the runs of the last DAYS days.")
+@_format_options
+def fleet_report(store, days, fmt, as_json, output):
+    """The GPUs persistently slowest for their model, and the ones slower than their own earlier runs."""
+    from . import api
+    fmt = _chosen_format(fmt, as_json, output)
+    document = api.fleet_report(store, days=days)
+    _emit(document, fmt, output, verbose=False)
     return _verdict_exit(document)
 
 

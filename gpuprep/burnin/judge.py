@@ -9,6 +9,7 @@ from typing import Callable, Dict, List, Optional
 from ..parsers.nvsmi import THROTTLE_REASONS
 from ..rules import Finding, declared, registrar
 from . import RunResult
+from .peers import outlier
 from .report_schema import Baseline, EccSample, MemoryCheck, Rank, RankGpu, typed
 
 STRAGGLER_MARGIN = 0.25     # a rank whose compute step is 25% slower than the others' median
@@ -145,12 +146,6 @@ def no_steps(ranks: Ranks) -> List[Finding]:
             for rank in ranks.complete if rank.steps == 0 or not rank.step_ms]
 
 
-# a GPU is slow among its peers (the same model in the same run) when its figure is this many robust spreads
-# (1.4826 x the median absolute deviation: one standard deviation of a normal sample) past the peers' median, and
-# at least MIN_PEER_GAP worse: a spread of nearly nothing must not name a GPU 1% off
-PEER_SPREADS = 3.5
-MIN_PEER_GAP = 0.10
-# (figure, how to read it from a rank, whether higher is better, unit)
 PEER_FIGURES = (
     ("compute step", lambda r: statistics.median(r.compute_ms) if r.compute_ms else None, False, "ms"),
     ("peak training power", lambda r: (r.gpu or RankGpu()).training_max_power_w, True, "W"),
@@ -160,17 +155,6 @@ PEER_FIGURES = (
 
 def _model(rank: Rank) -> str:
     return rank.gpu_name or ("CPU" if rank.device == "cpu" else "unknown GPU")
-
-
-def _outlier(value: float, peers: List[float], higher_is_better: bool) -> Optional[float]:
-    """How many robust spreads `value` lies on the bad side of its peers' median, when it is an outlier."""
-    median = statistics.median(peers)
-    spread = 1.4826 * statistics.median(abs(p - median) for p in peers)
-    worse = (median - value) if higher_is_better else (value - median)
-    if median <= 0 or worse < MIN_PEER_GAP * median:
-        return None
-    spreads = worse / spread if spread > 0 else float("inf")
-    return spreads if spreads >= PEER_SPREADS else None
 
 
 @burnin_rule("burnin.slow-gpu")
@@ -205,7 +189,7 @@ def _slow_members(model: str, members: List[Rank]) -> List[Finding]:
             if rank.rank not in values:
                 continue
             peers = [v for k, v in values.items() if k != rank.rank]
-            spreads = _outlier(values[rank.rank], peers, higher_is_better)
+            spreads = outlier(values[rank.rank], peers, higher_is_better)
             if spreads is None:
                 continue
             out.append(Finding("burnin.slow-gpu", "warn", _label(rank),

@@ -471,10 +471,18 @@ def render_compare(document: dict, colour: bool, verbose: bool = False, drift_gr
     return out.text()
 
 
+def render_fleet_report(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
+    out = Writer(colour)
+    models = ", ".join(f"{n} {m}" for m, n in sorted(document["models"].items())) or "no GPU"
+    out.line(f"Results store {document['store']}: the last {document['days']:g} days; GPUs by model: {models}")
+    render_findings([_finding(f) for f in document["findings"]], out, verbose, verdict=document["verdict"])
+    return out.text()
+
+
 def render_document(document: dict, colour: bool = False, verbose: bool = False, drift_groups: bool = False) -> str:
     schema = document["schema"].split("/")[0]
     renderer = {"gpuprep.check": render_check, "gpuprep.fleet": render_fleet,
                 "gpuprep.burnin": render_burnin, "gpuprep.plan": render_plan,
                 "gpuprep.diagnose": render_diagnose, "gpuprep.watch": render_watch,
-                "gpuprep.compare": render_compare}[schema]
+                "gpuprep.compare": render_compare, "gpuprep.fleet-report": render_fleet_report}[schema]
     return renderer(document, colour, verbose, drift_groups)
