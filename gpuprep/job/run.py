@@ -133,21 +133,30 @@ def _signals_stop_the_watch():
 
 def _a_job(pid: int) -> int:
     """The process to watch, checked: it exists, is not init, and it or a child of it runs Python (a training job);
-    one line naming what it is otherwise."""
+    one line naming what it is otherwise. A child that ends while it is looked at is no error of the PID's."""
     import psutil
     if not 0 < pid <= PID_MAX:
         raise BadInput(f"--pid {pid}: not a process id (1 to {PID_MAX})")
+    if pid == 1:
+        raise BadInput("--pid 1 is the system's first process (init), not a training job")
     try:
         proc = psutil.Process(pid)
-        family = [proc] + proc.children(recursive=True)
-        names = [(p.name() or "", " ".join(p.cmdline()[:1])) for p in family[:256]]
+        proc.name()
     except psutil.NoSuchProcess:
         raise BadInput(f"--pid {pid}: no process {pid} on this host") from None
     except psutil.AccessDenied:
         return pid          # another user's job: the watch says what it cannot read
-    if pid == 1:
-        raise BadInput(f"--pid 1 is {names[0][0] or 'init'}, the system's first process, not a training job")
-    if not any("python" in (name + " " + exe).lower() for name, exe in names):
+    try:
+        family = [proc] + proc.children(recursive=True)
+    except psutil.Error:
+        family = [proc]
+    names = []
+    for member in family[:256]:
+        try:
+            names.append((member.name() or "", " ".join(member.cmdline()[:1])))
+        except psutil.Error:
+            continue        # ended, or not ours to read
+    if names and not any("python" in (name + " " + exe).lower() for name, exe in names):
         raise BadInput(f"--pid {pid} ({names[0][0][:40]}) runs no Python process, nor does any of its children: "
                        "not a training job to watch")
     return pid
