@@ -348,7 +348,7 @@ def watch(command, pid, duration, interval, node_sources, live_node, fmt, as_jso
     """Why a running training job under-uses its GPUs, without touching its code: samples its ranks (NVML, /proc,
     py-spy stacks of the main threads) and names the bottleneck with the same job.* ids as diagnose. `watch --pid
     PID`, or `watch -- torchrun ... train.py` to start the job (its exit code is passed through). Needs py-spy for
-    the stacks (pip install py-spy) and permission to trace the job (root, the same user, or SYS_PTRACE)."""
+    the stacks (installed with gpuprep) and permission to trace the job (root, the same user, or SYS_PTRACE)."""
     from . import api
     from .errors import BadInput
     fmt = _chosen_format(fmt, as_json, output)

@@ -103,8 +103,8 @@ class StackSampler:
         self.broken = False
         self.failures = 0
         if self.pyspy is None:
-            note("py-spy is not installed (pip install py-spy): no stacks; the data/sync/collective verdicts rest "
-                 "on GPU utilisation and CPU time alone")
+            note("py-spy is not found (it comes with gpuprep: reinstall it, or pip install py-spy): no stacks; the "
+                 "data/sync/collective verdicts rest on GPU utilisation and CPU time alone")
 
     def sample(self, pid: int) -> Optional[str]:
         """The class of `pid`'s main-thread stack now, or None (no py-spy, a failed dump, the process gone)."""
