@@ -76,7 +76,7 @@ def _exchange(stream, timeout: float, deadline: float) -> str:
     if not ask("CLIENT PROTOCOL 2").upper().startswith("SERVER PROTOCOL "):
         raise OSError("not an NCCL RAS service (no SERVER PROTOCOL answer)")
     ask(f"TIMEOUT {max(1, int(timeout))}")                      # integers: servers before 2.31 take no fraction
-    json_form = ask("SET FORMAT json").upper() == "OK"           # before 2.28.7: ERROR: Unknown command
+    ask("SET FORMAT json")           # before 2.28.7: ERROR: Unknown command, and the text form follows
     stream.write(b"VERBOSE STATUS\n")
     stream.flush()
     chunks, size = [], 0
@@ -88,8 +88,7 @@ def _exchange(stream, timeout: float, deadline: float) -> str:
         if size > MAX_REPORT:
             raise OSError(f"the RAS report passed {MAX_REPORT >> 20} MiB")
         chunks.append(chunk)
-    text = b"".join(chunks).decode("utf-8", "replace")
-    return text if json_form or not text.lstrip().startswith("{") else text
+    return b"".join(chunks).decode("utf-8", "replace")     # parse() tells the JSON form from the text one
 
 
 # -- the report ----------------------------------------------------------------------------------------------
