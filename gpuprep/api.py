@@ -461,6 +461,71 @@ def watch(pid: Optional[int] = None, *, command: Optional[Sequence[str]] = None,
     return JobResult(facts, judge(Job(JobFacts([]), node, facts)), node)
 
 
+def watch_slurm_job(job_id: str, *, seconds: Optional[float] = None, interval: float = 1.0, on_sample=None,
+                    until: Optional[str] = None, drain: bool = False, srun: str = "srun",
+                    scontrol: str = "scontrol") -> JobResult:
+    """`gpuprep watch --job`: a running Slurm job on all its nodes, one watcher a node started as a step of the job
+    (srun --overlap), merged and judged as one job: the dead, hung, desynchronised or slow rank with its node and
+    GPU, and whether the node or the code is at fault. Each problem says how long after the start of the watch it
+    was first seen. `until` (warn or fail): stop once a problem that bad has stood for UNTIL_SAMPLES samples.
+    `drain`: drain the node at fault (a node answer only)."""
+    import time
+    from .rules import SEVERITY_RANK
+    from . import arguments as a
+    from .job.facts import JobFacts
+    from .job.judge import Job, judge
+    from .job.slurmjob import drain_at_fault, watch_job_nodes
+    a.text("job_id", job_id, optional=False)
+    a.seconds("seconds", seconds, optional=True)
+    a.seconds("interval", interval)
+    a.flag("drain", drain)
+    if until not in (None, "warn", "fail"):
+        raise bad_argument("until", "is warn or fail")
+    seen: dict = {}
+    standing: dict = {}
+
+    def so_far(facts) -> bool:
+        found = judge(Job(JobFacts([], facts.collectives), None, facts))
+        bad = {(f.id, f.subject) for f in found if until and SEVERITY_RANK[f.severity] <= SEVERITY_RANK[until]}
+        for key in list(standing):
+            if key not in bad:
+                del standing[key]
+        for key in bad:
+            standing[key] = standing.get(key, 0) + 1
+        for f in found:
+            if f.severity in ("warn", "fail"):
+                seen.setdefault((f.id, f.subject), (round(facts.seconds, 1), round(time.time(), 3)))
+        if on_sample:
+            on_sample(facts, found)
+        return any(n >= UNTIL_SAMPLES for n in standing.values())
+    facts = watch_job_nodes(job_id, seconds, interval, so_far, srun=srun, scontrol=scontrol)
+    findings = judge(Job(JobFacts([], facts.collectives), None, facts))
+    for f in findings:
+        if f.severity in ("warn", "fail"):
+            after, at = seen.get((f.id, f.subject), (round(facts.seconds, 1), round(time.time(), 3)))
+            f.evidence.update(seen_after_s=after, seen_at=at)
+    if drain:
+        findings += drain_at_fault(findings, scontrol)
+    return JobResult(facts, findings, None)
+
+
+UNTIL_SAMPLES = 3       # watch --until: a problem must stand this many samples in a row (one odd sample is noise)
+
+
+def node_problems() -> dict:
+    """This node's own check as a job's watcher sends it (the verdict node or code rests on it): whether its GPUs
+    were judged, and its problems (warn and fail) with id, severity, subject and words."""
+    from .rules import not_judged
+    try:
+        result = check(facts=snapshot(docker=False))
+    except Exception as exc:        # noqa: BLE001 (the job's watch goes on without it, and says so)
+        return {"judged": False, "problems": [], "not_judged": [f"the node's check failed: {str(exc)[:200]}"]}
+    problems = [{"id": f.id, "severity": f.severity, "subject": str(f.subject)[:80], "message": f.title[:400]}
+                for f in result.findings if f.severity in ("warn", "fail")]
+    unjudged = not_judged(result.snapshot)
+    return {"judged": not unjudged, "problems": problems[:200], "not_judged": [w[:200] for w in unjudged[:10]]}
+
+
 # --- fleets -------------------------------------------------------------------------------------------------
 
 def saved_fleet(sources: Sequence[str]):

@@ -337,6 +337,14 @@ def diagnose(traces, node_sources, live_node, compare, fmt, as_json, output, ver
 @click.argument("command", nargs=-1, metavar="[-- COMMAND ...]")
 @click.option("--pid", type=int, help="Watch this running job: a torchrun agent, a rank, or any process whose "
                                       "children are the ranks.")
+@click.option("--job", "job_id", metavar="JOBID", help="Watch this running Slurm job on all its nodes: one watcher a "
+              "node, started as a step of the job (srun --overlap), merged here.")
+@click.option("--until", type=click.Choice(["warn", "fail"]), help="With --job: stop once a problem this bad (or "
+              "worse) has stood for 3 samples, and report (for automation: exit 1 on fail).")
+@click.option("--drain", is_flag=True, help="With --job: drain the node found at fault (a node answer only), with "
+                                            "the health check's reason format.")
+@click.option("--job-node", "job_node", metavar="JOBID", hidden=True,
+              help="The watcher on one node of a job (what --job starts through srun): JSON lines on stdout.")
 @click.option("--duration", metavar="DURATION", help="Sample this long (30s, 5m); default: until the job ends or "
                                                      "Ctrl-C.")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between samples.")
@@ -344,7 +352,8 @@ def diagnose(traces, node_sources, live_node, compare, fmt, as_json, output, ver
 @click.option("--node", "live_node", is_flag=True, help="Join this host's facts (gpuprep check's probe).")
 @_format_options
 @click.option("-v", "--verbose", is_flag=True, help="Show the per-rank summary lines too.")
-def watch(command, pid, duration, interval, node_sources, live_node, fmt, as_json, output, verbose):
+def watch(command, pid, job_id, until, drain, job_node, duration, interval, node_sources, live_node, fmt, as_json, output,
+          verbose):
     """Why a running training job under-uses its GPUs, without touching its code: samples its ranks (NVML, /proc,
     py-spy stacks of the main threads) and names the bottleneck with the same job.* ids as diagnose. `watch --pid
     PID`, or `watch -- torchrun ... train.py` to start the job (its exit code is passed through). Needs py-spy for
@@ -359,6 +368,13 @@ def watch(command, pid, duration, interval, node_sources, live_node, fmt, as_jso
         raise BadInput("give --from captures of the node or --node for this host, not both")
     from .burnin import parse_duration
     seconds = parse_duration(duration, shortest=1) if duration else None
+    if job_node:
+        from .job.slurmjob import node_watch
+        return node_watch(job_node, interval, seconds, api.node_problems)
+    if (drain or until) and not job_id:
+        raise BadInput(f"--{'drain' if drain else 'until'} is for a job watched with --job: give --job JOBID")
+    if job_id:
+        return _watch_job(job_id, seconds, interval, until, drain, fmt, output, verbose)
     node = api.snapshot(list(node_sources)) if node_sources else api.snapshot(docker=False) if live_node else None
     live = _live_line if sys.stderr.isatty() and fmt == "text" and not output else None
     # a machine-read document on stdout keeps it to itself: the job's own output goes to stderr then
@@ -396,6 +412,27 @@ def _live_line(facts, findings) -> None:
     causes = sorted({f"{f.id} ({f.subject})" for f in findings if f.severity in ("warn", "fail")})
     verdict = "so far: " + (", ".join(causes) if causes else "nothing wrong")
     click.echo(f"[{facts.samples:4d}] " + " | ".join(parts + [verdict]), err=True)
+
+
+def _watch_job(job_id, seconds, interval, until, drain, fmt, output, verbose) -> int:
+    from . import api
+    live = _job_line if sys.stderr.isatty() and fmt == "text" and not output else None
+    result = api.watch_slurm_job(job_id, seconds=seconds, interval=interval, on_sample=live, until=until, drain=drain)
+    document = result.document()
+    _emit(document, fmt, output, verbose)
+    return 128 + result.facts.signal if result.facts.signal else _verdict_exit(document)
+
+
+def _job_line(facts, findings) -> None:
+    """Per sample on a terminal, one line a rank: its node, GPU, where its main thread is; then the verdict so far."""
+    causes = sorted({f"{f.id} ({f.subject})" for f in findings if f.severity in ("warn", "fail")})
+    click.echo(f"[{facts.samples:4d}] " + ("so far: " + ", ".join(causes) if causes else "so far: nothing wrong"),
+               err=True)
+    for r in facts.ranks:
+        where = (r.sites[-1][0] or r.sites[-1][1]) if r.sites and any(r.sites[-1]) else ""
+        state = "ended" if r.ended else "node lost" if r.node_lost else (r.last_stack or "-")
+        click.echo(f"       rank {r.rank if r.rank is not None else '?'} {r.host or '-'} GPU {(r.gpu or '-')[:12]} "
+                   f"{state} {where}".rstrip(), err=True)
 
 
 @cli.command()

@@ -95,3 +95,64 @@ def prepare(inventory: Path, forks: int = 10) -> None:
 
 def node_exec(name: str, *argv: str, check: bool = False) -> subprocess.CompletedProcess:
     return docker("exec", name, *argv, check=check)
+
+
+# -- a Slurm cluster of several nodes on one machine (issue 45's bed) ------------------------------------------------
+
+CLUSTER_CTL_PORT = 6917             # slurmctld's; each slurmd gets CLUSTER_CTL_PORT + 4 + its number
+
+
+def cluster_conf(names: List[str]) -> str:
+    """slurm.conf for `names`, node i at 127.0.2.i with slurmd on its own port (they share one network namespace)."""
+    nodes = "\n".join(f"NodeName={n} NodeAddr=127.0.2.{i} NodeHostname={n} Port={CLUSTER_CTL_PORT + 4 + i} CPUs=2 "
+                      "RealMemory=1000 State=UNKNOWN" for i, n in enumerate(names, 1))
+    return f"""ClusterName=gpjob
+SlurmctldHost={names[0]}(127.0.2.1)
+SlurmctldPort={CLUSTER_CTL_PORT}
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmdSpoolDir=/var/lib/slurm/slurmd
+StateSaveLocation=/var/lib/slurm/slurmctld
+SlurmUser=slurm
+ReturnToService=2
+KillOnBadExit=0
+MpiDefault=none
+{nodes}
+PartitionName=debug Nodes={",".join(names)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+"""
+
+
+# units masked (linked to /dev/null) before systemd starts: sshd would listen on the host's port 22
+_MASKED = [arg for unit in ("ssh.service", "ssh.socket") for arg in ("-v", f"/dev/null:/etc/systemd/system/{unit}:ro")]
+
+
+def start_slurm_cluster(names: List[str], mounts: List[str] = ()) -> None:
+    """One systemd container a node, on the host's network namespace (loopback addresses only: node i is
+    127.0.2.i, every name resolves there) with its own host name and PID namespace; slurmctld on the first. The
+    containers come from the one Slurm image, so munge's key is the same on all. SYS_PTRACE lets the node's
+    watcher read the job's stacks (py-spy), as root on a real node may."""
+    remove_nodes(names)
+    hosts = [arg for i, n in enumerate(names, 1) for arg in ("--add-host", f"{n}:127.0.2.{i}")]
+    volumes = [arg for mount in mounts for arg in ("-v", mount)]
+    conf = cluster_conf(names)
+    for name in names:
+        docker("run", "-d", "--name", name, "--hostname", name, "--network", "host", "--cap-add", "SYS_ADMIN",
+               "--cap-add", "SYS_PTRACE", "--cgroupns=host", "--tmpfs", "/run", "--tmpfs", "/run/lock",
+               "--tmpfs", "/tmp", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", *_MASKED, *hosts, *volumes, SLURM_IMAGE,
+               "/lib/systemd/systemd")
+    for name in names:
+        done = subprocess.run(["docker", "exec", "-i", name, "sh", "-c",
+                               "mkdir -p /var/lib/slurm/slurmd /var/lib/slurm/slurmctld /etc/slurm && "
+                               "chown slurm: /var/lib/slurm/slurmctld && cat > /etc/slurm/slurm.conf"],
+                              input=conf, text=True, capture_output=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"{name}: {done.stderr}")
+    node_exec(names[0], "systemctl", "start", "slurmctld", check=True)
+    for name in names:
+        node_exec(name, "systemctl", "start", "slurmd", check=True)

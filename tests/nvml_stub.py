@@ -68,7 +68,7 @@ def build(branch: int = 570) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         tmp = out / f".libnvidia-ml.so.1.{os.getpid()}"
         subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-O1", "-Wall", "-Werror",
-                        "-fvisibility=hidden", "-DNVML_NO_UNVERSIONED_FUNC_DEFS", f"-DNVML_BRANCH={branch}",
+                        "-pthread", "-fvisibility=hidden", "-DNVML_NO_UNVERSIONED_FUNC_DEFS", f"-DNVML_BRANCH={branch}",
                         "-I", str(include), "-Wl,-soname,libnvidia-ml.so.1", "-o", str(tmp), str(SOURCE)],
                        check=True, capture_output=True, text=True, timeout=120)
         os.replace(tmp, lib)

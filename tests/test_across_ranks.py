@@ -40,7 +40,7 @@ def test_ranks_that_all_reached_the_same_collective_name_no_one(tmp_path):
 
 
 def test_ranks_in_one_collective_with_different_operations_are_a_desync():
-    from gpuprep.job.across import desync
+    from gpuprep.job.rules.across import desync
     from gpuprep.job.facts import JobFacts
     from gpuprep.job.flight import GroupState, RankCollectives
     from gpuprep.job.judge import Job
@@ -98,7 +98,7 @@ def _ras(name):
     ("2.31.2", "text_2.26.2_issue1730_healthy.txt", "json_synth_2.29plus_fixed_missing_rank.txt", {("job.rank-dead", "rank 1")}),
 ])
 def test_the_ras_client_reads_every_form_nccl_prints(version, text, json_form, expect):
-    from gpuprep.job.across import rank_dead, ranks_behind
+    from gpuprep.job.rules.across import rank_dead, ranks_behind
     from gpuprep.job.facts import JobFacts
     from gpuprep.job.judge import Job
     from gpuprep.job.ras import query

@@ -81,6 +81,7 @@ class WatchRank:
     last_stack: Optional[str] = None                 # where the main thread was at the last stack sample
     cpu_pct: List[float] = field(default_factory=list)
     cpu_seconds: List[float] = field(default_factory=list)
+    switches: List[int] = field(default_factory=list)   # per sample: the main thread's voluntary context switches
     workers: int = 0
     worker_cpu_pct: List[float] = field(default_factory=list)
     worker_running_pct: List[float] = field(default_factory=list)     # per sample: workers on or waiting for a CPU
@@ -96,6 +97,11 @@ class WatchRank:
     ran_on_cpus: List[List[int]] = field(default_factory=list)   # per sample: the CPUs the rank and workers were on
     tensor_active_pct: List[Optional[float]] = field(default_factory=list)   # GPM (Hopper+): SMs on Tensor Cores
     ended: bool = False
+    ended_at: Optional[float] = None                 # when it was first seen gone (seconds since the epoch)
+    stack_sigs: List[Optional[str]] = field(default_factory=list)   # per stack sample: the stack's fingerprint
+    sites: List[list] = field(default_factory=list)  # per stack sample: [the collective it is in, the job's line]
+    host: Optional[str] = None                       # its node, where the watch spans the job's nodes
+    node_lost: bool = False                          # its node's watcher stopped answering
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -112,12 +118,24 @@ class WatchFacts:
     job_ended: bool = False                           # the job ended while watched (no hang can be judged)
     signal: Optional[int] = None                      # the signal that stopped the watch (SIGINT, SIGTERM), if any
     ras: Any = None                                   # ras.RasReport of the node's NCCL processes, where they answer
+    # a watch across a job's nodes: what each node's own check said (None where it could not run), the nodes
+    # whose watcher stopped answering, and each rank's flight recorder dump where the job wrote one
+    nodes: Dict[str, Optional[dict]] = field(default_factory=dict)
+    lost_nodes: List[str] = field(default_factory=list)
+    job_id: Optional[str] = None
+    job_state: Optional[str] = None                   # Slurm's JobState at the end of the watch
+    at: Optional[float] = None                        # when these facts were taken (seconds since the epoch)
+    collectives: List[Any] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"ranks": [r.to_dict() for r in self.ranks], "seconds": round(self.seconds, 1),
-                "samples": self.samples, "notes": self.notes, "exit_code": self.exit_code,
-                "nccl_transports": self.nccl_transports, "job_ended": self.job_ended, "signal": self.signal,
-                "ras": self.ras.to_dict() if self.ras is not None else None}
+        out = {"ranks": [r.to_dict() for r in self.ranks], "seconds": round(self.seconds, 1),
+               "samples": self.samples, "notes": self.notes, "exit_code": self.exit_code,
+               "nccl_transports": self.nccl_transports, "job_ended": self.job_ended, "signal": self.signal,
+               "ras": self.ras.to_dict() if self.ras is not None else None}
+        if self.job_id is not None:
+            out.update(job_id=self.job_id, job_state=self.job_state, nodes=self.nodes, lost_nodes=self.lost_nodes,
+                       collectives=[c.to_dict() for c in self.collectives])
+        return out
 
 
 def _share(part, whole) -> Optional[float]:
@@ -134,7 +152,7 @@ def watch_rank(process) -> WatchRank:
                      main_thread=shares(kept) if kept else None, stack_samples=len(kept),
                      startup_samples=len(process.stacks) - len(kept),
                      last_stack=process.stacks[-1] if process.stacks else None,
-                     cpu_pct=process.cpu_pct, cpu_seconds=process.cpu_seconds,
+                     cpu_pct=process.cpu_pct, cpu_seconds=process.cpu_seconds, switches=process.switches,
                      workers=process.workers, worker_cpu_pct=process.worker_cpu_pct,
                      worker_running_pct=process.worker_running_pct,
                      worker_disk_wait_pct=process.worker_disk_wait_pct,
@@ -148,4 +166,6 @@ def watch_rank(process) -> WatchRank:
                                                  for s in g],
                      allowed_cpus=compress_cpulist(process.allowed_cpus) if process.allowed_cpus else None,
                      ran_on_cpus=process.ran_on,
-                     tensor_active_pct=[s.get("tensor_active_pct") for s in g], ended=process.ended)
+                     tensor_active_pct=[s.get("tensor_active_pct") for s in g], ended=process.ended,
+                     ended_at=process.ended_at, stack_sigs=process.stack_sigs, sites=process.sites,
+                     host=process.host)

@@ -89,3 +89,32 @@ def _groups(entries: list, path: str) -> Dict[str, GroupState]:
         if entry.get("retired") is False:
             state.pending.append(Pending(seq, name[:60], sizes))
     return groups
+
+
+def from_dict(value, where: str) -> RankCollectives:
+    """A RankCollectives as to_dict() wrote it (a node's watcher sends its ranks' dumps so), checked field by field:
+    ValueError naming the field otherwise."""
+    if not isinstance(value, dict) or type(value.get("rank")) is not int or not 0 <= value["rank"] < 1 << 24:
+        raise ValueError(f"{where}: rank")
+    groups = value.get("groups")
+    if not isinstance(groups, dict) or len(groups) > 1024:
+        raise ValueError(f"{where}: groups")
+    out = RankCollectives(value["rank"], str(value.get("source", ""))[:200])
+    for uid, group in groups.items():
+        out.groups[str(uid)[:64]] = _group_from_dict(group, f"{where}: groups.{str(uid)[:64]}")
+    return out
+
+
+def _group_from_dict(group, where: str) -> GroupState:
+    if not isinstance(group, dict) or type(group.get("last_seq")) is not int:
+        raise ValueError(f"{where}.last_seq")
+    ops = group.get("ops")
+    if not isinstance(ops, dict) or len(ops) > 100000 or not all(
+            str(k).isdigit() and isinstance(v, str) and len(v) <= 200 for k, v in ops.items()):
+        raise ValueError(f"{where}.ops")
+    pending = group.get("pending")
+    if not isinstance(pending, list) or not all(isinstance(p, dict) and type(p.get("seq")) is int and
+                                                isinstance(p.get("op"), str) for p in pending):
+        raise ValueError(f"{where}.pending")
+    return GroupState(group["last_seq"], [Pending(p["seq"], p["op"][:60]) for p in pending],
+                      {int(k): v for k, v in ops.items()})

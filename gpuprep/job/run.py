@@ -47,12 +47,12 @@ def watch_job(pid: Optional[int], command: Optional[List[str]], seconds: Optiona
 
 
 def _watch(pid, command, seconds, interval, on_sample, job_stdout, logs) -> WatchFacts:
-    from .watch import Watcher
+    from .watch import Watcher, process_gone
     job = _start(command, job_stdout, logs) if command is not None else None
     pid = job.pid if job is not None else _a_job(pid)
     watcher = Watcher(pid, interval)
     started = time.monotonic()
-    finished = (lambda: job.poll() is not None) if job else (lambda: _gone(pid))
+    finished = (lambda: job.poll() is not None) if job else (lambda: process_gone(pid))
     so_far = (lambda w: on_sample(_facts(w, time.monotonic() - started))) if on_sample else None
     stopped = None
     try:
@@ -166,15 +166,6 @@ def _facts(watcher, seconds: float, exit_code: Optional[int] = None, transports:
            ended: bool = False) -> WatchFacts:
     return WatchFacts([watch_rank(r) for r in watcher.ranks], seconds, watcher.samples, list(watcher.notes),
                       exit_code, transports or [], ended)
-
-
-def _gone(pid: int) -> bool:
-    """The process ended: no longer there, or a zombie its parent has not reaped yet."""
-    import psutil
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def _transports(directory: str) -> List[str]:

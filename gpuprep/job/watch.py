@@ -13,13 +13,23 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional
 
-from .stacks import classify
+from .stacks import classify, signature, where
+
+
+class Stack(NamedTuple):
+    """One sample of a main thread: its class (stacks.CLASSES), the stack's fingerprint, the collective it is in
+    and the job's own line it was called from."""
+    kind: str
+    sig: str
+    collective: Optional[str]
+    site: Optional[str]
 
 PYSPY_TIMEOUT = 5.0
 MAX_PYSPY_FAILURES = 5
 _RANK_VARS = ("RANK", "LOCAL_RANK")
+_SLURM_RANK_VARS = ("SLURM_PROCID",)        # srun's own rank, for a job that reads it itself
 
 
 @dataclass
@@ -37,11 +47,20 @@ class RankProcess:
     worker_disk_wait_pct: List[float] = field(default_factory=list)
     workers: int = 0
     cpu_seconds: List[float] = field(default_factory=list)     # the rank's cumulative CPU time at each sample
+    # the main thread's voluntary context switches so far, at each sample: it blocked (a read, a sleep, a wait
+    # that ended) that many times. A thread stopped, or blocked in one wait, adds none; one that spins adds none
+    # either (a yield is no voluntary switch), so a rank waiting in NCCL does not look busy
+    switches: List[int] = field(default_factory=list)
     gpu_samples: List[dict] = field(default_factory=list)
     gpu_uuid: Optional[str] = None
     allowed_cpus: Optional[List[int]] = None    # the CPUs the rank may run on (its affinity: a binding, a cpuset)
     ran_on: List[List[int]] = field(default_factory=list)   # per sample: the CPUs the rank and its workers were on
     ended: bool = False
+    ended_at: Optional[float] = None        # when the watch first saw it gone (seconds since the epoch)
+    stack_sigs: List[Optional[str]] = field(default_factory=list)   # per stack sample: the stack's fingerprint
+    sites: List[list] = field(default_factory=list)     # per stack sample: [collective, the job's own line]
+    host: Optional[str] = None              # the node it runs on, where a watch spans nodes
+    seen: int = 0                           # a merger's count of its samples (its series keep the latest only)
 
 
 ENVIRON_DENIED = ("the job's environment may not be read (another user's job, or no SYS_PTRACE): ranks are found "
@@ -64,23 +83,29 @@ def _int(text: Optional[str]) -> Optional[int]:
     return int(text) if text is not None and text.isdigit() else None
 
 
-def discover(root_pid: int, gpu_pids: Optional[set] = None,
-             note: Optional[Callable[[str], None]] = None) -> List[RankProcess]:
-    """The job's ranks under (or at) `root_pid`: processes with RANK/LOCAL_RANK in their environment, else those
-    running on a GPU, else the root itself. A rank's descendants are its workers, never ranks of their own."""
+def discover(root_pid: Optional[int], gpu_pids: Optional[set] = None, note: Optional[Callable[[str], None]] = None,
+             family: Optional[list] = None) -> List[RankProcess]:
+    """The job's ranks under (or at) `root_pid`, or among `family` (the processes of a job on this node): those
+    with RANK/LOCAL_RANK in their environment, else Slurm's SLURM_PROCID, else those running on a GPU, else the
+    root itself. A rank's descendants are its workers, never ranks of their own."""
     import psutil
-    root = psutil.Process(root_pid)
-    family = [root] + root.children(recursive=True)
+    if family is None:
+        root = psutil.Process(root_pid)
+        family = [root] + root.children(recursive=True)
     tagged = [(p, _environ(p, note)) for p in family]
-    ranks = [(p, env) for p, env in tagged if any(v in env for v in _RANK_VARS)]
-    if ranks:   # a DataLoader worker inherits RANK: a rank is one whose parent is no rank
-        pids = {p.pid for p, _ in ranks}
-        ranks = [(p, env) for p, env in ranks if _parent(p) not in pids]
-    elif gpu_pids:
+    ranks = []
+    for names in (_RANK_VARS, _SLURM_RANK_VARS):
+        ranks = [(p, env) for p, env in tagged if any(v in env for v in names)]
+        if ranks:       # a DataLoader worker inherits RANK: a rank is one whose parent is no rank
+            pids = {p.pid for p, _ in ranks}
+            ranks = [(p, env) for p, env in ranks if _parent(p) not in pids]
+            break
+    if not ranks and gpu_pids:
         ranks = [(p, env) for p, env in tagged if p.pid in gpu_pids]
-    if not ranks:
-        ranks = [(root, tagged[0][1])]
-    found = [RankProcess(p.pid, _int(env.get("RANK")), _int(env.get("LOCAL_RANK")), env.get("CUDA_VISIBLE_DEVICES"))
+    if not ranks and root_pid is not None:
+        ranks = [(family[0], tagged[0][1])]
+    found = [RankProcess(p.pid, _int(env.get("RANK", env.get("SLURM_PROCID"))),
+                         _int(env.get("LOCAL_RANK", env.get("SLURM_LOCALID"))), env.get("CUDA_VISIBLE_DEVICES"))
              for p, env in ranks]
     return sorted(found, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid))
 
@@ -106,8 +131,8 @@ class StackSampler:
             note("py-spy is not found (it comes with gpuprep: reinstall it, or pip install py-spy): no stacks; the "
                  "data/sync/collective verdicts rest on GPU utilisation and CPU time alone")
 
-    def sample(self, pid: int) -> Optional[str]:
-        """The class of `pid`'s main-thread stack now, or None (no py-spy, a failed dump, the process gone)."""
+    def sample(self, pid: int) -> Optional["Stack"]:
+        """Where `pid`'s main thread is now, or None (no py-spy, a failed dump, the process gone)."""
         if self.pyspy is None or self.broken:
             return None
         try:
@@ -125,9 +150,12 @@ class StackSampler:
         main = next((t for t in threads if t.get("os_thread_id") == pid), threads[0] if threads else None)
         if not isinstance(main, dict):
             return None
-        frames = [f for f in main.get("frames") or [] if isinstance(f, dict)]
-        lines = [f.get("line") for f in frames if isinstance(f.get("line"), int)]
-        return classify([(str(f.get("name", "")), str(f.get("filename", ""))) for f in frames], _source_line, lines)
+        raw = [f for f in main.get("frames") or [] if isinstance(f, dict)]
+        frames = [(str(f.get("name", "")), str(f.get("filename", ""))) for f in raw]
+        lines = [f.get("line") if isinstance(f.get("line"), int) else None for f in raw]
+        collective, site = where(frames, lines)
+        return Stack(classify(frames, _source_line, [n for n in lines if n]), signature(frames, lines),
+                     collective, site)
 
     def _failed(self, pid: int, text: str) -> None:
         if not os.path.exists(f"/proc/{pid}"):
@@ -184,9 +212,12 @@ class Watcher:
     """Samples the ranks every `interval` seconds until `done()` says stop; `notes` are the one-line statements of
     signals that could not be read."""
 
-    def __init__(self, root_pid: int, interval: float = 1.0, gpu_sample=None):
+    def __init__(self, root_pid: Optional[int], interval: float = 1.0, gpu_sample=None,
+                 family: Optional[Callable[[], list]] = None):
+        """`family()`, where given, lists the processes to find ranks among (a Slurm job's on this node) in place
+        of `root_pid` and its descendants."""
         from ..probe.nvml import job_sample
-        self.root_pid, self.interval = root_pid, interval
+        self.root_pid, self.interval, self.family = root_pid, interval, family
         self.gpu_sample = gpu_sample or job_sample
         self.notes: List[str] = []
         self.stacks = StackSampler(self._note)
@@ -216,13 +247,15 @@ class Watcher:
                     raise psutil.NoSuchProcess(rank.pid)
                 workers = proc.children(recursive=True)
             except psutil.NoSuchProcess:
-                rank.ended = True
+                _end(rank)
                 continue
             self._cpu(rank, proc, workers, now)
             self._placement(rank, proc, workers)
-            kind = self.stacks.sample(rank.pid)
-            if kind:
-                rank.stacks.append(kind)
+            stack = self.stacks.sample(rank.pid)
+            if stack:
+                rank.stacks.append(stack.kind)
+                rank.stack_sigs.append(stack.sig)
+                rank.sites.append([stack.collective, stack.site])
             reading = self._gpu_of(rank, gpus or [])
             if reading:
                 rank.gpu_uuid = rank.gpu_uuid or reading.get("uuid")
@@ -234,7 +267,7 @@ class Watcher:
         samples; a rank that disappears stays, marked ended; the agent found alone first is replaced by its ranks."""
         import psutil
         try:
-            found = discover(self.root_pid, gpu_pids, self._note)
+            found = discover(self.root_pid, gpu_pids, self._note, self.family() if self.family else None)
         except psutil.NoSuchProcess:
             return
         known = {r.pid: r for r in self.ranks}
@@ -243,12 +276,16 @@ class Watcher:
             return       # the ranks are gone and only the agent is left: keep what was seen
         ended = [r for r in self.ranks if r.pid not in {f.pid for f in fresh} and r.pid != self.root_pid]
         for r in ended:
-            r.ended = True
+            _end(r)
         self.ranks = sorted(fresh + ended, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid))
 
     def _cpu(self, rank: RankProcess, proc, workers, now: float) -> None:
         own = _cpu_times(proc)
         theirs = sum(t for t in (_cpu_times(w) for w in workers) if t is not None)
+        try:
+            rank.switches.append(proc.num_ctx_switches().voluntary)
+        except Exception:      # noqa: BLE001 (gone, or not ours)
+            pass
         last = self._last.get(rank.pid)
         if own is not None:
             rank.cpu_seconds.append(own)
@@ -303,4 +340,34 @@ class Watcher:
                 on_sample(self)
             if self.ranks and all(r.ended for r in self.ranks):
                 break
-            time.sleep(max(0.0, self.interval - (time.monotonic() - tick)))
+            self._until(tick + self.interval)
+
+    def _until(self, when: float) -> None:
+        """Sleep until `when`, looking every LIVENESS_POLL s for a rank that ended: the time a rank was gone is
+        then known to that, and so is which rank of a job went first."""
+        while True:
+            left = when - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, LIVENESS_POLL))
+            for rank in self.ranks:
+                if not rank.ended and process_gone(rank.pid):
+                    _end(rank)
+
+
+LIVENESS_POLL = 0.05
+
+
+def _end(rank: RankProcess) -> None:
+    if not rank.ended:
+        rank.ended, rank.ended_at = True, round(time.time(), 3)
+
+
+def process_gone(pid: int) -> bool:
+    """The process is gone, or a zombie its parent has not reaped: /proc alone, cheap enough to ask 20 times a
+    second."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True

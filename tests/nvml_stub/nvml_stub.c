@@ -6,7 +6,8 @@
  *
  * What it models and how strictly:
  *  - values come from a plain-text file named by $GPUPREP_FAKE_NVML, written by tests/nvml_stub.py
- *    from a real capture; it is read again at every nvmlInit, so a test can change a GPU mid-run
+ *    from a real capture; it is read again at every nvmlInit that brings the library up from nothing, so a
+ *    test can change a GPU mid-run between sessions (never under another thread's open session)
  *  - a key the file does not give is NVML_ERROR_NOT_SUPPORTED, as on a GPU that cannot report it
  *  - NULL or unwritable output pointers give NVML_ERROR_INVALID_ARGUMENT (checked by the kernel
  *    through a pipe, so a struct passed by value instead of by reference is caught, not written to)
@@ -16,6 +17,7 @@
  *  - "error <gpu|*> <function> <code> [<from call>]" lines inject NVML errors per GPU and per call
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,8 +201,11 @@ static nvmlReturn_t keyed_uint(gpu_t *g, const char *prefix, long which, unsigne
 }
 
 /* ------------------------------------------------------------------ library */
-EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
-    (void)flags;
+/* NVML is thread-safe and counts its initialisations: a second thread's nvmlInit while another thread's session is
+ * open neither re-reads the configuration under it nor ends it (nvml.h, nvmlInit_v2 and nvmlShutdown) */
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static nvmlReturn_t init_locked(void) {
+    if (initialised) { initialised++; return NVML_SUCCESS; }
     nvmlReturn_t r = load_config();
     if (r != NVML_SUCCESS) return r;
     const char *fail = get(sys_kv, sys_nkv, "init");
@@ -208,20 +213,29 @@ EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     /* a session starts when the library comes up from nothing: what, without persistence mode, initialises every
      * GPU (1-3 s each on a real node); GPUPREP_FAKE_NVML_SESSIONS names a file that gets a line per session */
     const char *sessions = getenv("GPUPREP_FAKE_NVML_SESSIONS");
-    if (!initialised && sessions) {
+    if (sessions) {
         FILE *log = fopen(sessions, "a");
         if (log) { fprintf(log, "%d\n", (int)getpid()); fclose(log); }
     }
     initialised++;
     return NVML_SUCCESS;
 }
+EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    pthread_mutex_lock(&init_lock);
+    nvmlReturn_t r = init_locked();
+    pthread_mutex_unlock(&init_lock);
+    return r;
+}
 EXPORT nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
 EXPORT nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
 
 EXPORT nvmlReturn_t nvmlShutdown(void) {
-    if (!initialised) return NVML_ERROR_UNINITIALIZED;
-    initialised--;
-    return NVML_SUCCESS;
+    pthread_mutex_lock(&init_lock);
+    nvmlReturn_t r = initialised ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+    if (initialised) initialised--;
+    pthread_mutex_unlock(&init_lock);
+    return r;
 }
 
 static const struct { nvmlReturn_t code; const char *text; } ERROR_TEXT[] = {

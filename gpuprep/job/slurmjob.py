@@ -1,0 +1,320 @@
+"""`gpuprep watch --job JOBID`: the job across its nodes, with Slurm as the engine. One watcher a node is started
+as a step of the job itself (`srun --overlap --jobid JOBID --ntasks-per-node=1`, as an admin attaches to a running
+job): each finds the job's ranks on its node (the processes of the job's other steps), samples them as
+`watch --pid` does, runs the node's own check once, reads the flight recorder dumps the ranks wrote, and writes
+JSON lines (job/stream.py). This side merges the lines and hands back WatchFacts. I/O only: the verdict is the
+job rules'."""
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
+
+from ..errors import BadInput, GpuprepError
+from .facts import WatchFacts
+from .stream import Emitter, Merged
+
+JOB_ID = re.compile(r"[0-9]{1,10}")
+SLURM_TIMEOUT = 20
+STOP_GRACE_SECONDS = 10
+
+
+JUDGED_RANKS_PER_SECOND = 2000       # a verdict every interval up to 2,000 ranks; a larger job's every few seconds
+
+
+def judge_every(ranks: int, interval: float) -> float:
+    """Seconds between two verdicts of the merged facts: the merge reads every line as it comes, the judgement (all
+    ranks at once) waits a little longer as a job grows, so that 1,000 nodes x 8 ranks take one core at most."""
+    return max(interval, ranks / JUDGED_RANKS_PER_SECOND)
+
+
+def stale_after(interval: float) -> float:
+    """A node not heard from for this long has stopped answering (its watcher writes every interval)."""
+    return max(10.0, 5 * interval)
+
+
+@dataclass
+class SlurmJob:
+    id: str
+    state: str
+    nodes: List[str]
+
+
+def _run(argv: List[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=SLURM_TIMEOUT)
+    except FileNotFoundError:
+        raise GpuprepError(f"{argv[0]} not found: watch --job needs Slurm's client commands on this host") from None
+    except subprocess.TimeoutExpired:
+        raise GpuprepError(f"{' '.join(argv[:3])} did not answer in {SLURM_TIMEOUT} s") from None
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise BadInput(f"{' '.join(argv[:4])}: {said[-1][:200] if said else done.returncode}")
+    return done.stdout
+
+
+def job_info(job_id: str, scontrol: str = "scontrol") -> SlurmJob:
+    """The job's state and its nodes, from `scontrol show job` (one line) and `scontrol show hostnames`."""
+    if not JOB_ID.fullmatch(job_id or ""):
+        raise BadInput(f"--job {str(job_id)[:40]!r}: a Slurm job id is a number")
+    text = _run([scontrol, "show", "job", "--oneliner", job_id])
+    state = re.search(r"(?:^|\s)JobState=(\S+)", text)
+    nodelist = re.search(r"(?:^|\s)NodeList=(\S+)", text)
+    if state is None:
+        raise GpuprepError(f"scontrol show job {job_id}: no JobState= in its answer")
+    nodes = []
+    if nodelist and nodelist.group(1) != "(null)":
+        nodes = _run([scontrol, "show", "hostnames", nodelist.group(1)]).split()
+    return SlurmJob(job_id, state.group(1), nodes)
+
+
+def watcher_argv(job: SlurmJob, interval: float, srun: str = "srun") -> List[str]:
+    """One watcher on each of the job's nodes, as a step that shares the job's CPUs (--overlap) and never kills
+    the job's other steps. The watcher is this gpuprep, by the same path (installed alike on every node)."""
+    n = str(len(job.nodes))
+    return [srun, "--overlap", f"--jobid={job.id}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=0", "--quiet", sys.executable, "-m", "gpuprep", "watch", "--job-node", job.id,
+            "--interval", f"{interval:g}"]
+
+
+def watch_job_nodes(job_id: str, seconds: Optional[float], interval: float,
+                    on_sample: Optional[Callable[[WatchFacts], bool]] = None, srun: str = "srun",
+                    scontrol: str = "scontrol") -> WatchFacts:
+    """Start the watchers, merge what they write until the job ends, `seconds` pass, Ctrl-C, or `on_sample(facts)`
+    (called each interval with the facts so far) says it has seen enough; then stop them."""
+    job = job_info(job_id, scontrol)
+    if job.state != "RUNNING" or not job.nodes:
+        raise BadInput(f"--job {job_id}: the job is {job.state.lower()}, not running: nothing to watch")
+    watchers = subprocess.Popen(watcher_argv(job, interval, srun), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, errors="replace", process_group=0)
+    lines: "queue.Queue[Optional[str]]" = queue.Queue(maxsize=100000)
+    errors: List[str] = []
+    threading.Thread(target=_pump, args=(watchers.stdout, lines), daemon=True).start()
+    threading.Thread(target=_tail, args=(watchers.stderr, errors), daemon=True).start()
+    merged, started = Merged(), time.monotonic()
+    stopped, why = None, "interrupted"
+    try:
+        why = _merge(merged, lines, job, seconds, interval, on_sample, started)
+    except KeyboardInterrupt:
+        stopped = 2
+    finally:
+        _stop(watchers)
+    # every rank seen to end; or srun ended (Slurm ends the watchers' step with the job) and the job is over
+    state = _state_at_end(job, scontrol) if why in ("ranks ended", "srun ended") else job.state
+    ended = why == "ranks ended" or why == "srun ended" and state not in (None, "RUNNING")
+    facts = merged.facts(time.monotonic() - started, stale_after(interval), job_ended=ended, job_id=job.id)
+    facts.signal = stopped
+    facts.job_state = state
+    missing = sorted(set(job.nodes) - set(merged.heard))
+    if missing:
+        facts.notes.append(f"no watcher answered from {', '.join(missing[:8])}: its ranks are not judged" +
+                           "".join(f"; srun: {line[:200]}" for line in errors[-3:]))
+    return facts
+
+
+def _merge(merged: Merged, lines, job: SlurmJob, seconds, interval, on_sample, started) -> str:
+    """Feed the nodes' lines into `merged` until there is a reason to stop: which one."""
+    deadline = None if seconds is None else started + seconds
+    next_sample = started + interval
+    while deadline is None or time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=max(0.05, min(interval, next_sample - time.monotonic())))
+        except queue.Empty:
+            line = ""
+        if line is None:                       # srun ended: every watcher is gone
+            return "srun ended"
+        if line.strip():
+            merged.feed(line.strip(), "srun")
+        if time.monotonic() >= next_sample:
+            next_sample = time.monotonic() + judge_every(len(merged.ranks), interval)
+            if on_sample and on_sample(merged.facts(time.monotonic() - started, stale_after(interval), job_id=job.id)):
+                return "seen enough"
+        if job.nodes and all(h in merged.ended for h in job.nodes):
+            return "ranks ended" if _job_ended(merged) else "watchers ended"
+    return "time is up"
+
+
+def _state_at_end(job: SlurmJob, scontrol: str) -> Optional[str]:
+    """Slurm's word for the job once its ranks have ended: it leaves RUNNING/COMPLETING within seconds (the batch
+    script returns); None when it does not say in time, or cannot be asked."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            state = job_info(job.id, scontrol).state
+        except (BadInput, GpuprepError):
+            return None
+        if state not in ("RUNNING", "COMPLETING") or time.monotonic() > deadline:
+            return state
+        time.sleep(0.5)
+
+
+def drain_at_fault(findings, scontrol: str = "scontrol") -> list:
+    """Drain each node the verdict found at fault (job.node-or-code: node), with the health check's reason
+    format (so the health check resumes it once it passes); a finding says what was done or why not."""
+    from .. import adapters
+    from ..rules import Finding
+    from ..slurm import Scontrol
+    out = []
+    for f in findings:
+        host = f.evidence.get("host")
+        if f.id != "job.node-or-code" or f.evidence.get("fault") != "node" or not host:
+            continue
+        reason = adapters.slurm_reason([f])
+        try:
+            Scontrol(scontrol).drain(host, reason)
+        except (GpuprepError, BadInput) as exc:
+            out.append(Finding("job.drained", "warn", host, f"{host} was not drained: {str(exc)[:200]}",
+                               {"host": host}))
+            continue
+        out.append(Finding("job.drained", "info", host, f"{host} drained: {reason}", {"host": host, "reason": reason}))
+    return out
+
+
+def _job_ended(merged: Merged) -> bool:
+    return bool(merged.ranks) and all(r.ended for r in merged.ranks.values())
+
+
+def _pump(stream, lines) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def _tail(stream, kept: List[str]) -> None:
+    for line in stream:
+        if line.strip():
+            kept.append(line.strip())
+            del kept[:-20]
+
+
+def _stop(watchers: subprocess.Popen) -> None:
+    """srun passes SIGUSR1 on to the watchers (its step alone, never the job's own steps; a SIGTERM would make it
+    kill them): each writes its last line and ends, then srun does. Killed only past the grace."""
+    if watchers.poll() is None:
+        try:
+            watchers.send_signal(signal.SIGUSR1)
+            watchers.wait(timeout=STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            os.killpg(watchers.pid, signal.SIGKILL)
+            watchers.wait()
+        except ProcessLookupError:
+            pass
+
+
+# -- the node side ---------------------------------------------------------------------------------------------
+
+class JobProcesses:
+    """The processes on this node of Slurm job `job_id`'s other steps (their SLURM_JOB_ID and SLURM_STEP_ID), and
+    each one's environment (read once: a process's initial environment does not change)."""
+
+    def __init__(self, job_id: str, own_step: Optional[str]):
+        self.job_id, self.own_step = job_id, own_step
+        self.known: Dict[tuple, Optional[dict]] = {}
+
+    def __call__(self) -> list:
+        import psutil
+        out, alive = [], set()
+        for proc in psutil.process_iter(["pid", "create_time"]):
+            key = (proc.info["pid"], proc.info["create_time"])
+            alive.add(key)
+            if key not in self.known:
+                self.known[key] = self._of_job(proc)
+            if self.known[key] is not None:
+                out.append(proc)
+        self.known = {k: v for k, v in self.known.items() if k in alive}
+        return out
+
+    def _of_job(self, proc) -> Optional[dict]:
+        import psutil
+        if proc.pid == os.getpid():
+            return None
+        try:
+            env = proc.environ()
+        except (psutil.Error, OSError):
+            return None
+        if env.get("SLURM_JOB_ID") != self.job_id or "SLURM_STEP_ID" not in env:
+            return None          # another job's, or the batch script itself (no step of its own)
+        return None if env.get("SLURM_STEP_ID") == self.own_step else env
+
+    def dump_paths(self, ranks) -> Dict[int, str]:
+        """Each rank's flight recorder dump file, where the job set TORCH_FR_DUMP_TEMP_FILE (or the NCCL name of
+        it): the prefix and the rank, as PyTorch names them."""
+        out = {}
+        envs = {k[0]: v for k, v in self.known.items() if v}
+        for rank in ranks:
+            env = envs.get(rank.pid) or {}
+            prefix = env.get("TORCH_FR_DUMP_TEMP_FILE") or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+            if prefix and rank.rank is not None:
+                out[rank.rank] = f"{prefix}{rank.rank}"
+        return out
+
+
+def node_watch(job_id: str, interval: float, seconds: Optional[float], node_check: Callable[[], dict],
+               out=None) -> int:
+    """The watcher on one node: JSON lines on `out` until the job's ranks here have all ended, the merger is
+    gone, `seconds` pass, or SIGTERM. `node_check()` judges this node once (in a thread: the samples start at
+    once), for the verdict node or code."""
+    from ..slurm import node_name
+    from .watch import Watcher
+    if not JOB_ID.fullmatch(job_id or ""):
+        raise BadInput(f"--job-node {str(job_id)[:40]!r}: a Slurm job id is a number")
+    out = out or sys.stdout
+    processes = JobProcesses(job_id, os.environ.get("SLURM_STEP_ID"))
+    emitter = Emitter(node_name(), out)
+    checked: Dict[str, dict] = {}
+    threading.Thread(target=lambda: checked.setdefault("node", node_check()), daemon=True).start()
+    dumps = _DumpReader(processes)
+    watcher = Watcher(None, interval, family=processes)
+
+    def sample(w) -> None:
+        extra = {"dumps": dumps.new(w.ranks)}
+        if "node" in checked and "sent" not in checked:
+            extra["node"], checked["sent"] = checked["node"], {}
+        emitter.sample(w, extra)
+    for signum in (signal.SIGTERM, signal.SIGUSR1):       # srun passes SIGUSR1 on when the merger is done
+        signal.signal(signum, _told_to_stop)
+    why = "the job's ranks on this node ended"
+    try:
+        watcher.run(seconds, lambda: emitter.closed, sample)
+        if not (watcher.ranks and all(r.ended for r in watcher.ranks)):
+            why = "the watch's time is up" if not emitter.closed else "the merger is gone"
+    except KeyboardInterrupt:
+        why = "told to stop"
+    emitter.sample(watcher, {"end": why})
+    return 0
+
+
+def _told_to_stop(signum, frame):
+    raise KeyboardInterrupt
+
+
+class _DumpReader:
+    """The flight recorder dumps the ranks wrote, each sent once (JSON only: a pickled one is refused)."""
+
+    def __init__(self, processes: JobProcesses):
+        self.processes = processes
+        self.sent: Dict[str, float] = {}
+
+    def new(self, ranks) -> list:
+        from .flight import read_dump
+        out = []
+        for rank, path in self.processes.dump_paths(ranks).items():
+            try:
+                mtime = os.stat(path).st_mtime
+            except OSError:
+                continue
+            if self.sent.get(path) == mtime:
+                continue
+            self.sent[path] = mtime
+            try:
+                out.append(read_dump(path).to_dict())
+            except (BadInput, OSError):
+                continue
+        return out

@@ -1,0 +1,154 @@
+"""`gpuprep watch --job` on a real Slurm (Debian's 22.05) of three nodes on one machine: one systemd container a
+node on the host's network namespace, node i at 127.0.2.i with its own slurmd port, host name and PID namespace.
+A real gloo data-parallel job (tests/data/jobs/fault_job.py) runs across the nodes through srun, one rank a node,
+and a fault from the labelled suite (tests/data/jobs/faults.csv) is put into it. Every node has the C stand-in of
+libnvidia-ml as its GPU (a real A10's capture); one case's node reports HW slowdown. gpuprep watch --job is run on
+the first node, as an admin would; it must name the class of the incident, the rank, its node and GPU, and say
+node, code or not known. One cluster serves every case."""
+import contextlib
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import CORPUS, REPO
+from containers import docker_ready, node_exec, remove_nodes, slurm_ready, start_slurm_cluster
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow,
+              pytest.mark.skipif(not (docker_ready() and slurm_ready()),
+                                 reason="needs Docker and the Slurm image (.ci/docker-setup.sh)"),
+              pytest.mark.skipif(__import__("importlib.util").util.find_spec("torch") is None,
+                                 reason="a real gloo job")]
+
+NODES = ["gpjob1", "gpjob2", "gpjob3"]
+CONFIG = "/etc/gpuprep/nvml.conf"           # each node's stand-in GPU (GPUPREP_FAKE_NVML)
+FAULTS = REPO / "tests" / "data" / "jobs" / "faults.csv"
+JOB = REPO / "tests" / "data" / "jobs" / "fault_job.py"
+CAPTURE = "a10.nvidia-smi-q.txt"
+HEALTHY_STEPS = 150
+BOUND = 240
+
+
+def cases():
+    with open(FAULTS, newline="") as fh:
+        return [row for row in csv.DictReader(fh) if not row["case"].startswith("#")]
+
+
+def sh(node, script, check=True, timeout=120):
+    done = subprocess.run(["docker", "exec", node, "sh", "-c", script], capture_output=True, text=True,
+                          timeout=timeout)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{node}: {script}\n{done.stdout}{done.stderr}")
+    return done
+
+
+def _write(node, path, text):
+    done = subprocess.run(["docker", "exec", "-i", node, "sh", "-c", f"mkdir -p $(dirname {path}) && cat > {path}"],
+                          input=text, text=True, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+@contextlib.contextmanager
+def bed():
+    """The cluster up, every node's stand-in GPU healthy; removed after."""
+    import nvml_stub
+    from gpuprep.parsers import import_files
+    lib = nvml_stub.build(570)
+    mounts = [f"{path}:{path}:ro" for path in (str(REPO), sys.prefix) + (
+        (sys.base_prefix,) if sys.base_prefix not in ("/usr", "/usr/local", "/") else ())]
+    start_slurm_cluster(NODES, mounts=mounts)
+    config = nvml_stub.config_for(import_files([str(CORPUS / CAPTURE)]))
+    for node in NODES:
+        _write(node, CONFIG, config + "\ngpu 0 util 35,10\ngpu 0 reasons 0x0\n")
+    _wait(lambda: sh(NODES[0], "sinfo -h -N -o %T", check=False).stdout.split().count("idle") == len(NODES),
+          "three idle nodes")
+    try:
+        yield {"lib": str(lib)}
+    finally:
+        remove_nodes(NODES)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with bed() as up:
+        yield up
+
+
+def _wait(condition, what, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def submit(case, port):
+    """The job, one rank a node, through sbatch and srun as a user would; the moment of its fault in /tmp/fault.log
+    on the faulty rank's node. A healthy job runs HEALTHY_STEPS steps and ends; a faulty one runs until stopped."""
+    steps = HEALTHY_STEPS if case["fault"] == "healthy" else 0
+    env = (f"FAULT={case['fault']} FAULT_RANK={case['rank']} FAULT_STEP={case['step']} FAULT_LOG=/tmp/fault.log "
+           f"STEPS={steps} MASTER_ADDR=127.0.2.1 MASTER_PORT={port} GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1")
+    script = (f"#!/bin/sh\nexport {env}\nexec srun --kill-on-bad-exit=0 {sys.executable} {JOB}\n")
+    _write(NODES[0], "/tmp/job.sh", script)
+    for node in NODES:
+        sh(node, "rm -f /tmp/fault.log")
+    done = sh(NODES[0], f"sbatch --parsable -N {len(NODES)} --ntasks-per-node=1 -o /tmp/job.%j.out /tmp/job.sh")
+    return done.stdout.strip().split(";")[0]
+
+
+def job_state(job_id):
+    text = sh(NODES[0], f"scontrol show job -o {job_id}", check=False).stdout
+    return next((w.split("=", 1)[1] for w in text.split() if w.startswith("JobState=")), "?")
+
+
+def watch(cluster, job_id, until):
+    """gpuprep watch --job on the first node: until the job ends (a healthy one), or until a problem stands
+    (--until warn); BOUND is a hang guard, never what a verdict waits for."""
+    done = sh(NODES[0], f"LD_LIBRARY_PATH={cluster['lib']} GPUPREP_FAKE_NVML={CONFIG} "
+              f"{sys.executable} -m gpuprep watch --job {job_id} --duration {BOUND}s --json" +
+              (f" --until {until}" if until else ""), check=False, timeout=BOUND + 120)
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    return json.loads(done.stdout), done
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda c: c["case"])
+def test_each_labelled_fault_is_named_with_its_rank_node_and_gpu(cluster, case):
+    node = NODES[int(case["rank"])]
+    if case["node_signal"]:
+        sh(node, f"sed -i 's/^gpu 0 reasons .*/gpu 0 reasons {case['node_signal']}/' {CONFIG}")
+    try:
+        job_id = submit(case, free_port())
+        _wait(lambda: job_state(job_id) == "RUNNING", f"job {job_id} to run")
+        report, done = watch(cluster, job_id, case["until"] or None)
+    finally:
+        sh(node, f"sed -i 's/^gpu 0 reasons .*/gpu 0 reasons 0x0/' {CONFIG}")
+        sh(NODES[0], "scancel --full $(squeue -h -o %i) 2>/dev/null; true", check=False)
+    right, _ = judged_right(case, report)
+    assert right, (case["case"], json.dumps(report["findings"], indent=1)[:6000], done.stderr[-2000:])
+
+
+def judged_right(case, report):
+    """(whether the report names the case as its label says, when the watch first saw the problem named): the
+    class's id; the rank, its node and its GPU; the answer node, code or not known. A healthy case: no warning
+    and no failure at all."""
+    bad = [f for f in report["findings"] if f["severity"] in ("warn", "fail")]
+    if case["expect"] == "healthy":
+        return not bad and report["verdict"] in ("pass", "info"), None
+    rank, node = int(case["rank"]), NODES[int(case["rank"])]
+    named = [f for f in bad if f["id"] == case["expect"] and f["evidence"].get("rank") == rank
+             and f["evidence"].get("host") == node and f["evidence"].get("gpu")]
+    answer = [f for f in report["findings"] if f["id"] == "job.node-or-code" and f["evidence"].get("rank") == rank]
+    right = bool(named) and bool(answer) and answer[0]["evidence"]["fault"] == case["fault_at"]
+    return right, named[0]["evidence"].get("seen_at") if named else None
