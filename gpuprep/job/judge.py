@@ -107,4 +107,4 @@ def _transport_note(job: Job) -> Optional[str]:
 from .rules import across, live, trace  # noqa: E402,F401 (registers the job rules, by the source they read)
 from .compare import COMPARE_IDS  # noqa: E402 (the comparison's ids are job ids too)
 
-JOB_IDS = frozenset(i for fn in JOB_RULES for i in fn.ids) | COMPARE_IDS
+JOB_IDS = frozenset(i for fn in JOB_RULES for i in fn.ids) | COMPARE_IDS | across.ACTION_IDS

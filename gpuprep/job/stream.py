@@ -158,7 +158,7 @@ def parse_line(text: str) -> dict:
     if not isinstance(ranks, list) or len(ranks) > MAX_RANKS_PER_NODE:
         raise BadLine("ranks")
     document["ranks"] = [_checked_rank(r) for r in ranks]
-    notes = document.get("notes", [])
+    notes = document["notes"] = document.get("notes", [])
     if not isinstance(notes, list) or not all(_text(n, 400) for n in notes):
         raise BadLine("notes")
     for key, test in (("end", lambda v: v is None or _text(v, 200)), ("node", _node_facts),

@@ -438,23 +438,42 @@ def _median_text(values, suffix="%") -> str:
 def render_watch(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
     """A row per rank (medians over the samples, the main thread's most frequent place), then the causes."""
     out = Writer(colour)
-    out.line(f"Watched {len(document['ranks'])} rank(s) for {document['seconds']} s ({document['samples']} samples)"
-             + (f"; the job exited {document['exit_code']}" if document.get("exit_code") is not None else ""))
+    job = document.get("job_id")
+    nodes = len(document.get("nodes") or {})
+    out.line(f"Watched {len(document['ranks'])} rank(s)" + (f" of job {job} on {nodes} node(s)" if job else "") +
+             f" for {document['seconds']} s ({document['samples']} samples)"
+             + (f"; the job exited {document['exit_code']}" if document.get("exit_code") is not None else "")
+             + (f"; the job is {document['job_state']}" if document.get("job_state") else ""))
     startup = max((r.get("startup_samples") or 0 for r in document["ranks"]), default=0)
     if startup:
         out.line(f"  main-thread shares from the first step on: {startup} start-up sample(s) before it left out")
-    out.line(f"  {'rank':<6} {'pid':>7} {'gpu util':>8} {'SM clk':>7} {'power':>6} {'mem':>5} {'cpu':>5} "
+    width = max([len(r.get("host") or "") for r in document["ranks"]] + [4]) if job else 0
+    node = f"{'node':<{width}} " if job else ""
+    out.line(f"  {'rank':<6} {node}{'pid':>7} {'gpu util':>8} {'SM clk':>7} {'power':>6} {'mem':>5} {'cpu':>5} "
              f"{'workers':>7}  main thread")
     for r in document["ranks"]:
         shares = r.get("main_thread") or {}
         top = max(shares, key=shares.get) if shares else None
         where = f"{top} {shares[top]:.0f}%" if top else "-"
-        out.line(f"  {'-' if r['rank'] is None else r['rank']!s:<6} {r['pid']:>7} {_median_text(r['gpu_util_pct']):>8} "
-                 f"{_median_text(r['sm_clock_pct']):>7} {_median_text(r['power_pct']):>6} "
-                 f"{_median_text(r['memory_pct']):>5} {_median_text(r['cpu_pct']):>5} {r['workers']:>7}  {where}")
+        now = _rank_now(r) if job else ""
+        host = f"{(r.get('host') or '-'):<{width}} " if job else ""
+        out.line(f"  {'-' if r['rank'] is None else r['rank']!s:<6} {host}{r['pid']:>7} "
+                 f"{_median_text(r['gpu_util_pct']):>8} {_median_text(r['sm_clock_pct']):>7} "
+                 f"{_median_text(r['power_pct']):>6} {_median_text(r['memory_pct']):>5} {_median_text(r['cpu_pct']):>5} "
+                 f"{r['workers']:>7}  {where}{now}")
     render_findings([_finding(f) for f in document["findings"]], out, verbose, verdict=document["verdict"],
                     unjudged=document.get("not_judged"))
     return out.text()
+
+
+def _rank_now(rank: dict) -> str:
+    """Where a rank of a job across nodes was at the end: ended, its node lost, or its last collective and line."""
+    if rank.get("ended"):
+        return "; ended"
+    if rank.get("node_lost"):
+        return "; its node stopped answering"
+    collective, site = (rank.get("sites") or [[None, None]])[-1]
+    return f"; now {' at '.join(x for x in (collective, site) if x)}" if collective or site else ""
 
 
 def render_compare(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:

@@ -123,6 +123,8 @@ def ranks_behind(job: Job) -> List[Finding]:
 
 # -- a running job across its nodes (gpuprep watch --job) -------------------------------------------------------
 
+# what watch --job did, said as findings of their own (slurmjob.drain_at_fault): no rule's, ids all the same
+ACTION_IDS = frozenset({"job.drained"})
 FAILED_STATES = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "TIMEOUT", "CANCELLED")
 
 

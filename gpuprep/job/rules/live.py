@@ -277,8 +277,8 @@ def watch_hung(job: Job) -> List[Finding]:
     waiting = [r for r in ranks if r.last_stack in ("collective", "compute_launch", "sync")]
     missing = [r for r in ranks if r.last_stack in ("other", "dataloader")]
     evidence = {"seconds_without_progress": window, "waiting": [_who_pid(r) for r in waiting],
-                "in": {_who_pid(r): r.sites[-1] if r.sites else None for r in ranks},
-                "elsewhere": {_who_pid(r): r.main_thread for r in missing}}
+                "where": {_who_pid(r): " at ".join(x for x in (r.sites[-1] if r.sites else []) if x) or r.last_stack
+                          for r in ranks}}
     if waiting and missing:
         return [Finding("job.hung-rank", "fail", _who_pid(r), f"The job hangs: {_who_pid(r)} never joins the "
                         f"collective the other {len(waiting)} rank(s) wait in ({', '.join(_collectives(waiting))}); "

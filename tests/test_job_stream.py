@@ -1,0 +1,239 @@
+"""The job across nodes without a cluster: a node's watcher on real processes that carry a Slurm job's environment,
+its JSON lines merged, a node's forged lines dropped with one note, and the verdicts of the job across nodes
+(dead, desync, fabric, node-or-code) on merged facts, each shown both ways. The real cluster runs in
+tests/test_job_across_nodes.py."""
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import run_cli
+from gpuprep.job.facts import JobFacts, WatchFacts, WatchRank
+from gpuprep.job.judge import Job, judge
+from gpuprep.job.stream import Emitter, Merged, parse_line, BadLine
+from gpuprep.job.watch import RankProcess
+
+
+def _line(host="node1", ranks=None, **extra):
+    return json.dumps({"v": 1, "host": host, "t": time.time(), "ranks": ranks or [], **extra})
+
+
+def _rank(pid=100, rank=0, **series):
+    item = {"pid": pid, "rank": rank, "local_rank": 0, "visible": None, "workers": 0, "gpu_uuid": None,
+            "allowed_cpus": None, "ended": False, "ended_at": None}
+    item.update(series)
+    return item
+
+
+# -- the node side on real processes ------------------------------------------------------------------------------
+
+def test_the_node_watcher_finds_the_jobs_ranks_by_their_slurm_environment_and_writes_lines():
+    """Two processes of job 4242's step 0 (srun's SLURM_PROCID, no RANK), one of another job, one of the
+    watcher's own step: only the first two are ranks, numbered by SLURM_PROCID."""
+    from gpuprep.job.slurmjob import node_watch
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    env = dict(os.environ, SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURMD_NODENAME="gpnode7")
+    procs = [subprocess.Popen(sleeper, env=dict(env, SLURM_PROCID=str(r), SLURM_LOCALID=str(r))) for r in (0, 1)]
+    procs.append(subprocess.Popen(sleeper, env=dict(env, SLURM_JOB_ID="4243", SLURM_PROCID="0")))
+    procs.append(subprocess.Popen(sleeper, env=dict(env, SLURM_STEP_ID="1", SLURM_PROCID="0")))
+    out = io.StringIO()
+    before = dict(os.environ)
+    os.environ.update(SLURM_STEP_ID="1", SLURMD_NODENAME="gpnode7")
+    try:
+        node_watch("4242", 0.5, 3, lambda: {"judged": False, "problems": [], "not_judged": ["no GPU here"]}, out)
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+        for p in procs:
+            p.kill()
+            p.wait()
+    lines = [parse_line(text) for text in out.getvalue().splitlines()]
+    assert lines and all(line["host"] == "gpnode7" for line in lines)
+    merged = Merged()
+    for text in out.getvalue().splitlines():
+        merged.feed(text)
+    facts = merged.facts(3, 10, job_id="4242")
+    assert sorted((r.rank, r.pid) for r in facts.ranks) == [(0, procs[0].pid), (1, procs[1].pid)]
+    assert all(r.host == "gpnode7" and r.samples >= 2 for r in facts.ranks)
+    assert facts.nodes["gpnode7"] == {"judged": False, "problems": [], "not_judged": ["no GPU here"]}
+    assert lines[-1]["end"] == "the watch's time is up"
+
+
+def test_a_rank_that_ends_is_timed_to_the_twentieth_of_a_second():
+    from gpuprep.job.watch import Watcher
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.2)"],
+                            env=dict(os.environ, RANK="0", LOCAL_RANK="0"))
+    watcher = Watcher(proc.pid, interval=1.0, gpu_sample=lambda: None)
+    watcher.run(10, lambda: False)
+    proc.wait()
+    ended = time.time()
+    (rank,) = watcher.ranks
+    assert rank.ended and ended - 1.0 < rank.ended_at <= ended + 0.01
+
+
+# -- a node's lines are untrusted ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line, field", [
+    ("not json at all", "line (not JSON)"),
+    (json.dumps({"v": 2, "host": "n1", "t": 1, "ranks": []}), "v"),
+    (_line(host="n1\n\x1b[2Jhealthy"), "host"),
+    (_line(host="../../etc/passwd"), "host"),
+    (_line(ranks=[_rank(pid=-5)]), "ranks[].pid"),
+    (_line(ranks=[_rank(cpu_seconds=[float("nan")])]).replace("NaN", "NaN"), "ranks[].cpu_seconds"),
+    (_line(ranks=[_rank(cpu_seconds=["1"])]), "ranks[].cpu_seconds"),
+    (_line(ranks=[_rank(stacks=["x" * 500])]), "ranks[].stacks"),
+    (_line(ranks=[_rank(rank="0; rm -rf /")]), "ranks[].rank"),
+    (_line(ranks=[_rank(gpu_samples=[{"k" * 80: 1}])]), "ranks[].gpu_samples"),
+    (_line(node={"judged": "yes", "problems": []}), "node"),
+    (_line(node={"judged": True, "problems": [{"id": "gpu.xid", "severity": "reboot", "subject": "GPU0",
+                                               "message": "x"}]}), "node"),
+    ("[" * 100000 + "]" * 100000, "line"),
+])
+def test_a_forged_line_is_dropped_with_one_note_naming_the_field(line, field):
+    merged = Merged()
+    merged.feed(_line(ranks=[_rank(cpu_seconds=[1.0])]))
+    merged.feed(line, "srun")
+    assert len(merged.notes) == 1 and field in merged.notes[0] and "\n" not in merged.notes[0]
+    assert "\x1b" not in merged.notes[0]
+    assert [r.pid for r in merged.ranks.values()] == [100]          # the good line's rank only
+
+
+def test_a_line_past_a_mebibyte_is_refused_before_it_is_parsed():
+    with pytest.raises(BadLine, match="longer than 1 MiB"):
+        parse_line(_line(notes=["x" * 300] * 4000))
+
+
+def test_lines_merge_by_node_and_process_and_keep_a_bounded_history():
+    from gpuprep.job.stream import HISTORY
+    merged = Merged()
+    for second in range(3 * HISTORY):
+        for host in ("a", "b"):       # the same pid on two nodes is two ranks
+            merged.feed(_line(host=host, ranks=[_rank(pid=7, rank=0 if host == "a" else 1,
+                                                       cpu_seconds=[float(second)], stacks=["other"])]))
+    assert sorted(merged.ranks) == [("a", 7), ("b", 7)]
+    assert all(len(r.cpu_seconds) <= 2 * HISTORY for r in merged.ranks.values())
+    assert merged.samples == 3 * HISTORY
+
+
+def test_an_emitter_sends_each_sample_once():
+    out = io.StringIO()
+    emitter = Emitter("n1", out)
+
+    class W:
+        ranks = [RankProcess(9, 0, 0)]
+        notes = ["py-spy is not found"]
+    W.ranks[0].cpu_seconds += [1.0, 2.0]
+    emitter.sample(W)
+    W.ranks[0].cpu_seconds.append(3.0)
+    emitter.sample(W)
+    first, second = (json.loads(x) for x in out.getvalue().splitlines())
+    assert first["ranks"][0]["cpu_seconds"] == [1.0, 2.0] and second["ranks"][0]["cpu_seconds"] == [3.0]
+    assert first["notes"] == ["py-spy is not found"] and second["notes"] == []
+
+
+# -- the verdicts across nodes, both ways -------------------------------------------------------------------------
+
+def _watched(ranks, **facts):
+    return WatchFacts(ranks, 30, 30, job_id="1", at=facts.pop("at", 1000.0), **facts)
+
+
+def _wr(rank, host, **kw):
+    return WatchRank(rank=rank, pid=100 + rank, host=host, gpu=f"GPU-{rank}", **kw)
+
+
+def _ids(facts):
+    return {(f.id, f.evidence.get("rank"), f.evidence.get("fault")) for f in judge(Job(JobFacts([]), None, facts))
+            if f.severity != "pass" and f.id != "job.not-judged"}
+
+
+def test_a_rank_gone_while_the_others_run_is_dead_only_past_the_grace():
+    def facts(ended_at):
+        return _watched([_wr(0, "a"), _wr(1, "b", ended=True, ended_at=ended_at), _wr(2, "c")], at=1000.0)
+    assert ("job.rank-dead", 1, None) in _ids(facts(990.0))
+    assert not any(i[0] == "job.rank-dead" for i in _ids(facts(999.5)))      # a job that ends, rank by rank
+
+
+def test_a_job_that_ended_is_dead_only_when_slurm_says_it_failed():
+    ranks = [_wr(0, "a", ended=True, ended_at=1.5), _wr(1, "b", ended=True, ended_at=1.0),
+             _wr(2, "c", ended=True, ended_at=1.7)]
+    assert not any(i[0] == "job.rank-dead" for i in _ids(_watched(ranks, job_ended=True, job_state="COMPLETED")))
+    dead = [f for f in judge(Job(JobFacts([]), None, _watched(ranks, job_ended=True, job_state="FAILED")))
+            if f.id == "job.rank-dead"]
+    assert [f.evidence["rank"] for f in dead] == [1] and "0.50 s later" in dead[0].title
+
+
+def test_a_node_that_stopped_answering_loses_its_ranks():
+    ranks = [_wr(0, "a"), _wr(1, "b", node_lost=True)]
+    assert ("job.rank-dead", 1, None) in _ids(_watched(ranks, lost_nodes=["b"]))
+    assert not any(i[0] == "job.rank-dead" for i in _ids(_watched([_wr(0, "a"), _wr(1, "b")])))
+
+
+def _stuck_in(collective, site, **kw):
+    return dict(stack_sigs=["s"] * 8, sites=[[collective, site]] * 8,
+                last_stack="collective", main_thread={"collective": 100.0}, stack_samples=8,
+                cpu_seconds=[1.0] * 8, switches=[5] * 8, samples=8, **kw)
+
+
+def test_ranks_stuck_in_different_collectives_are_a_desync_naming_the_odd_one():
+    ranks = [_wr(0, "a", **_stuck_in("all_reduce", "train.py:98")),
+             _wr(1, "b", **_stuck_in("broadcast", "train.py:96")),
+             _wr(2, "c", **_stuck_in("all_reduce", "train.py:98"))]
+    assert ("job.desync", 1, None) in _ids(_watched(ranks))
+    same = [_wr(r, h, **_stuck_in("all_reduce", "train.py:98")) for r, h in ((0, "a"), (1, "b"), (2, "c"))]
+    found = _ids(_watched(same))
+    assert ("job.fabric-stall", None, None) in found and not any(i[0] == "job.desync" for i in found)
+
+
+def test_ranks_whose_main_threads_still_block_and_wake_are_not_hung():
+    """The stack the same in every sample (a wait at one line) is no hang while the thread still blocks and wakes:
+    its collective completes, again and again (a slow input pipeline elsewhere)."""
+    moving = [_wr(r, h, **{**_stuck_in("all_reduce", "train.py:98"), "switches": [5 * i for i in range(8)]})
+              for r, h in ((0, "a"), (1, "b"))]
+    assert not _ids(_watched(moving)) & {("job.fabric-stall", None, None), ("job.hung-rank", None, None)}
+
+
+def _slow(host, reasons, **kw):
+    return _wr(1, host, stack_sigs=[str(i) for i in range(8)], sites=[[None, "train.py:60"]] * 8,
+               last_stack="compute_launch", main_thread={"compute_launch": 100.0},
+               stack_samples=8, cpu_seconds=[float(i) for i in range(8)], switches=list(range(0, 80, 10)),
+               cpu_pct=[95.0] * 8, samples=8, throttle_reasons=[reasons] * 8, gpu_util_pct=[40.0] * 8, **kw)
+
+
+def _waiting(rank, host):
+    return _wr(rank, host, **{**_stuck_in("all_reduce", "train.py:98"), "switches": list(range(0, 80, 10)),
+                              "cpu_seconds": [0.1 * i for i in range(8)], "cpu_pct": [10.0] * 8,
+                              "throttle_reasons": [[]] * 8, "gpu_util_pct": [40.0] * 8})
+
+
+@pytest.mark.parametrize("reasons, node, fault", [
+    (["hw_slowdown"], {"judged": True, "problems": []}, "node"),
+    ([], {"judged": True, "problems": [{"id": "gpu.xid", "severity": "fail", "subject": "GPU0",
+                                        "message": "Xid 79: fallen off the bus"}]}, "node"),
+    ([], {"judged": True, "problems": [{"id": "compat.torch-cpu-only", "severity": "fail", "subject": "n",
+                                        "message": "a CPU build"}]}, "code"),       # the job's stack, not the node
+    ([], {"judged": True, "problems": []}, "code"),
+    ([], None, "unknown"),                                                          # the node's check never came
+])
+def test_the_straggler_is_the_nodes_fault_only_with_a_sign_on_its_node(reasons, node, fault):
+    ranks = [_waiting(0, "a"), _slow("b", reasons), _waiting(2, "c")]
+    facts = _watched(ranks, nodes={"a": None, "b": node, "c": None})
+    found = _ids(facts)
+    assert ("job.straggler", 1, None) in found
+    assert ("job.node-or-code", 1, fault) in found, found
+
+
+def test_a_job_id_that_is_not_a_number_is_refused_in_one_line():
+    done = run_cli("watch", "--job", "12; reboot")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "job id" in done.stderr
+    done = run_cli("watch", "--drain", "--pid", str(os.getpid()))
+    assert done.returncode == 2 and "--job" in done.stderr
+
+
+def test_watch_job_without_slurm_says_so_in_one_line(tmp_path):
+    done = run_cli("watch", "--job", "77", env={"PATH": str(tmp_path)})
+    assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1
+    assert "scontrol not found" in done.stderr and "Traceback" not in done.stderr
