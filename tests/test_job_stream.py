@@ -19,7 +19,7 @@ from gpuprep.job.watch import RankProcess
 
 
 def _line(host="node1", ranks=None, **extra):
-    return json.dumps({"v": 1, "host": host, "t": time.time(), "ranks": ranks or [], **extra})
+    return json.dumps({"v": 1, "host": host, "t": 1795000000.0, "ranks": ranks or [], **extra})
 
 
 def _rank(pid=100, rank=0, **series):
@@ -92,7 +92,8 @@ def test_a_rank_that_ends_is_timed_to_the_twentieth_of_a_second():
     (_line(node={"judged": True, "problems": [{"id": "gpu.xid", "severity": "reboot", "subject": "GPU0",
                                                "message": "x"}]}), "node"),
     ("[" * 100000 + "]" * 100000, "line"),
-])
+], ids=["not-json", "version", "host-escapes", "host-path", "pid", "nan", "text-number", "long-stack", "rank-text",
+        "gpu-key", "node-judged", "node-severity", "deep"])
 def test_a_forged_line_is_dropped_with_one_note_naming_the_field(line, field):
     merged = Merged()
     merged.feed(_line(ranks=[_rank(cpu_seconds=[1.0])]))

@@ -452,18 +452,23 @@ def render_watch(document: dict, colour: bool, verbose: bool = False, drift_grou
     out.line(f"  {'rank':<6} {node}{'pid':>7} {'gpu util':>8} {'SM clk':>7} {'power':>6} {'mem':>5} {'cpu':>5} "
              f"{'workers':>7}  main thread")
     for r in document["ranks"]:
-        shares = r.get("main_thread") or {}
-        top = max(shares, key=shares.get) if shares else None
-        where = f"{top} {shares[top]:.0f}%" if top else "-"
-        now = _rank_now(r) if job else ""
-        host = f"{(r.get('host') or '-'):<{width}} " if job else ""
-        out.line(f"  {'-' if r['rank'] is None else r['rank']!s:<6} {host}{r['pid']:>7} "
-                 f"{_median_text(r['gpu_util_pct']):>8} {_median_text(r['sm_clock_pct']):>7} "
-                 f"{_median_text(r['power_pct']):>6} {_median_text(r['memory_pct']):>5} {_median_text(r['cpu_pct']):>5} "
-                 f"{r['workers']:>7}  {where}{now}")
+        out.line(_watch_row(r, width if job else None))
     render_findings([_finding(f) for f in document["findings"]], out, verbose, verdict=document["verdict"],
                     unjudged=document.get("not_judged"))
     return out.text()
+
+
+def _watch_row(r: dict, width: Optional[int]) -> str:
+    """One rank's row: medians over its samples, where its main thread mostly was (and, across nodes, its node
+    and where it is now)."""
+    shares = r.get("main_thread") or {}
+    top = max(shares, key=shares.get) if shares else None
+    where = f"{top} {shares[top]:.0f}%" if top else "-"
+    host = f"{(r.get('host') or '-'):<{width}} " if width is not None else ""
+    return (f"  {'-' if r['rank'] is None else r['rank']!s:<6} {host}{r['pid']:>7} "
+            f"{_median_text(r['gpu_util_pct']):>8} {_median_text(r['sm_clock_pct']):>7} "
+            f"{_median_text(r['power_pct']):>6} {_median_text(r['memory_pct']):>5} {_median_text(r['cpu_pct']):>5} "
+            f"{r['workers']:>7}  {where}{_rank_now(r) if width is not None else ''}")
 
 
 def _rank_now(rank: dict) -> str:

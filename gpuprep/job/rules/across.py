@@ -149,37 +149,45 @@ def watch_rank_dead(job: Job) -> List[Finding]:
     ranks = _watched(job)
     if len(ranks) < 2:
         return []
-    lost = [r for r in ranks if r.node_lost and not r.ended]
+    lost = [Finding("job.rank-dead", "fail", _who(r), f"{_who(r)}: its node stopped answering (its watcher was "
+                    "silent past the limit while the job ran)", {**_placed(r), "node_lost": True},
+                    f"Look at the node ({r.host}): is it up, did it reboot, does its slurmd answer (sinfo -R, "
+                    "`gpuprep check` there)", "gpuprep watch --job (the node's stream)")
+            for r in ranks if r.node_lost and not r.ended]
+    return lost + _first_gone(job, ranks)
+
+
+def _why_dead(job: Job, first, alive, state: str) -> Optional[str]:
+    """Why the first rank to end is dead (None: it is not known to be): the others went on without it past the
+    grace, or Slurm says the job failed. The ranks of a job that ends go one after another, within a second or so."""
+    gone_for = (job.watch.at or first.ended_at) - first.ended_at
+    if alive and gone_for >= limit("dead_grace_seconds"):
+        return f"while {len(alive)} other rank(s) still run {gone_for:.0f} s later"
+    if not alive and state.split(" ")[0] in FAILED_STATES:
+        return f"and the job ended {state}"
+    return None
+
+
+def _first_gone(job: Job, ranks) -> List[Finding]:
     ended = sorted((r for r in ranks if r.ended and r.ended_at is not None), key=lambda r: r.ended_at)
     # a job that ended took every rank with it, seen to end or not
     alive = [] if job.watch.job_ended else [r for r in ranks if not r.ended and not r.node_lost]
-    state = job.watch.job_state
-    out = [Finding("job.rank-dead", "fail", _who(r), f"{_who(r)}: its node stopped answering (its watcher was "
-                   "silent past the limit while the job ran)", {**_placed(r), "node_lost": True},
-                   f"Look at the node ({r.host}): is it up, did it reboot, does its slurmd answer (sinfo -R, "
-                   "`gpuprep check` there)", "gpuprep watch --job (the node's stream)") for r in lost]
+    state = job.watch.job_state or ""
     if not ended:
-        return out
+        return []
     first = ended[0]
-    if alive:
-        gone_for = (job.watch.at or first.ended_at) - first.ended_at
-        if gone_for < limit("dead_grace_seconds"):
-            return out          # ranks of a job that ends go one after another, within a second or so
-        why = f"while {len(alive)} other rank(s) still run {gone_for:.0f} s later"
-    elif not alive and (state or "").split()[0] in FAILED_STATES:
-        why = f"and the job ended {state}"
-    else:
-        return out
+    why = _why_dead(job, first, alive, state)
+    if why is None:
+        return []
     after = [f"{_who(r)} {r.ended_at - first.ended_at:.2f} s later" for r in ended[1:]]
-    out.append(Finding("job.rank-dead", "fail", _who(first),
-                       f"{_who(first)} ended first, {why}" + (f"; then {', '.join(after[:6])}" if after else "") +
-                       (f"; it was last seen at {first.sites[-1][1]}" if first.sites and first.sites[-1][1] else ""),
-                       {**_placed(first), "ended_at": first.ended_at, "then": after, "job_state": state,
-                        "still_running": [_who(r) for r in alive]},
-                       "Find why that process ended: its own log and exit (an exception, an OOM kill in dmesg, "
-                       f"a signal) and its node (`gpuprep check` on {first.host or 'its node'}: Xids, the GPU, the "
-                       "NIC)", "gpuprep watch (each rank's process, looked at 20 times a second)"))
-    return out
+    return [Finding("job.rank-dead", "fail", _who(first),
+                    f"{_who(first)} ended first, {why}" + (f"; then {', '.join(after[:6])}" if after else "") +
+                    (f"; it was last seen at {first.sites[-1][1]}" if first.sites and first.sites[-1][1] else ""),
+                    {**_placed(first), "ended_at": first.ended_at, "then": after, "job_state": state or None,
+                     "still_running": [_who(r) for r in alive]},
+                    "Find why that process ended: its own log and exit (an exception, an OOM kill in dmesg, a "
+                    f"signal) and its node (`gpuprep check` on {first.host or 'its node'}: Xids, the GPU, the NIC)",
+                    "gpuprep watch (each rank's process, looked at 20 times a second)")]
 
 
 # what on the culprit's node answers "node": a GPU held down by hardware, the node's own check failing

@@ -271,39 +271,47 @@ def watch_hung(job: Job) -> List[Finding]:
     ranks = [r for r in _watched(job) if not r.ended and not r.node_lost]
     if len(ranks) < 2 or not _hung(job):
         return []
-    window = int(limit("hang_samples"))
     # stopped inside torch (a collective, or DDP's all-reduce inside backward, a sync) waits for the others; a rank
     # stopped in the job's own code (or its DataLoader) never reached the collective
     waiting = [r for r in ranks if r.last_stack in ("collective", "compute_launch", "sync")]
     missing = [r for r in ranks if r.last_stack in ("other", "dataloader")]
-    evidence = {"seconds_without_progress": window, "waiting": [_who_pid(r) for r in waiting],
-                "where": {_who_pid(r): " at ".join(x for x in (r.sites[-1] if r.sites else []) if x) or r.last_stack
-                          for r in ranks}}
+    evidence = {"seconds_without_progress": int(limit("hang_samples")), "waiting": [_who_pid(r) for r in waiting],
+                "where": {_who_pid(r): _where_now(r) for r in ranks}}
     if waiting and missing:
-        return [Finding("job.hung-rank", "fail", _who_pid(r), f"The job hangs: {_who_pid(r)} never joins the "
-                        f"collective the other {len(waiting)} rank(s) wait in ({', '.join(_collectives(waiting))}); "
-                        f"it stopped at {(r.sites[-1][1] if r.sites else None) or r.last_stack}",
-                        {**evidence, **_placed(r)},
-                        "Dump that rank's stacks (py-spy dump --pid PID) to see where it stopped; with NCCL, "
-                        "TORCH_NCCL_TRACE_BUFFER_SIZE and the flight recorder name the missing collective")
-                for r in missing]
+        return [_never_joined(r, waiting, evidence) for r in missing]
     groups = _collectives(ranks)
-    if len(ranks) == len([r for r in ranks if _in_collective(r)]) and len(groups) > 1:
-        odd = _odd_one_out(groups)
-        return [Finding("job.desync", "fail", _who_pid(odd) if odd else "job", "The job hangs in a desync: the ranks "
-                        "wait in different collectives: " + "; ".join(f"{_ranks_words(rs)} in {name}"
-                                                                       for name, rs in groups.items()),
-                        {**evidence, **(_placed(odd) if odd else {}),
-                         "collectives": {name: [r.rank for r in rs] for name, rs in groups.items()}},
-                        "Every rank must call the same collectives in the same order: look for a branch on the rank, "
-                        "or on data that differs between ranks, before these lines")]
-    if waiting and len(groups) == 1 and all(_in_collective(r) for r in ranks):
-        return [_fabric(job, ranks, next(iter(groups)), evidence)]
+    if all(_in_collective(r) for r in ranks):
+        return [_desync(groups, evidence) if len(groups) > 1 else _fabric(job, ranks, next(iter(groups)), evidence)]
     return [Finding("job.hung-rank", "fail", "job", "The job hangs: no rank progressed for "
-                    f"{window} samples" + (" and every rank waits in a collective (the missing rank is on another "
-                                           "node?)" if waiting else ""), evidence,
-                    "Dump every rank's stacks (py-spy dump); with NCCL run with NCCL_DEBUG=INFO and the flight "
-                    "recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) to name the rank that is missing")]
+                    f"{evidence['seconds_without_progress']} samples" +
+                    (" and every rank waits in torch (the missing rank is on another node?)" if waiting else ""),
+                    evidence, "Dump every rank's stacks (py-spy dump); with NCCL run with NCCL_DEBUG=INFO and the "
+                    "flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) to name the rank that is missing")]
+
+
+def _where_now(rank: WatchRank) -> Optional[str]:
+    """The collective the rank is in and the job's line it was called from, at the last sample; else its class."""
+    return " at ".join(x for x in (rank.sites[-1] if rank.sites else []) if x) or rank.last_stack
+
+
+def _never_joined(rank: WatchRank, waiting: List[WatchRank], evidence: dict) -> Finding:
+    return Finding("job.hung-rank", "fail", _who_pid(rank), f"The job hangs: {_who_pid(rank)} never joins the "
+                   f"collective the other {len(waiting)} rank(s) wait in ({', '.join(_collectives(waiting))}); it "
+                   f"stopped at {(rank.sites[-1][1] if rank.sites else None) or rank.last_stack}",
+                   {**evidence, **_placed(rank)},
+                   "Dump that rank's stacks (py-spy dump --pid PID) to see where it stopped; with NCCL, "
+                   "TORCH_NCCL_TRACE_BUFFER_SIZE and the flight recorder name the missing collective")
+
+
+def _desync(groups: Dict[str, List[WatchRank]], evidence: dict) -> Finding:
+    odd = _odd_one_out(groups)
+    return Finding("job.desync", "fail", _who_pid(odd) if odd else "job", "The job hangs in a desync: the ranks "
+                   "wait in different collectives: " + "; ".join(f"{_ranks_words(rs)} in {name}"
+                                                                  for name, rs in groups.items()),
+                   {**evidence, **(_placed(odd) if odd else {}),
+                    "collectives": {name: [r.rank for r in rs] for name, rs in groups.items()}},
+                   "Every rank must call the same collectives in the same order: look for a branch on the rank, or "
+                   "on data that differs between ranks, before these lines")
 
 
 def _odd_one_out(groups: Dict[str, List[WatchRank]]) -> Optional[WatchRank]:
