@@ -152,3 +152,20 @@ def judged_right(case, report):
     answer = [f for f in report["findings"] if f["id"] == "job.node-or-code" and f["evidence"].get("rank") == rank]
     right = bool(named) and bool(answer) and answer[0]["evidence"]["fault"] == case["fault_at"]
     return right, named[0]["evidence"].get("seen_at") if named else None
+
+
+def test_a_job_that_is_not_running_or_not_ours_is_said_in_one_line(cluster):
+    """A finished job is refused (exit 2); another user's running job: srun refuses the step, and watch says so
+    (never an empty verdict)."""
+    job_id = sh(NODES[0], "sbatch --parsable -N 1 --wrap 'sleep 120' -o /dev/null").stdout.strip().split(";")[0]
+    try:
+        _wait(lambda: job_state(job_id) == "RUNNING", "the sleep job to run")
+        done = sh(NODES[0], f"setpriv --reuid=nobody --regid=nogroup --clear-groups {sys.executable} -m gpuprep "
+                  f"watch --job {job_id} --duration 20s", check=False, timeout=120)
+        assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "srun started no watcher" in done.stderr and "Traceback" not in done.stderr
+    finally:
+        sh(NODES[0], f"scancel {job_id}", check=False)
+    _wait(lambda: job_state(job_id) not in ("RUNNING", "COMPLETING"), "the job to end")
+    done = sh(NODES[0], f"{sys.executable} -m gpuprep watch --job {job_id}", check=False)
+    assert done.returncode == 2 and "not running" in done.stderr and len(done.stderr.strip().splitlines()) == 1

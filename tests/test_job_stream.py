@@ -238,3 +238,18 @@ def test_watch_job_without_slurm_says_so_in_one_line(tmp_path):
     done = run_cli("watch", "--job", "77", env={"PATH": str(tmp_path)})
     assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1
     assert "scontrol not found" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_report_of_a_job_across_nodes_names_each_ranks_node_and_where_it_is():
+    from gpuprep.api import JobResult
+    from gpuprep.report import render
+    ranks = [_wr(0, "gpjob1", **_stuck_in("all_reduce", "train.py:98")),
+             _wr(1, "gpjob2", **_stuck_in("broadcast", "train.py:96")),
+             _wr(2, "gpjob3", **_stuck_in("all_reduce", "train.py:98"))]
+    facts = _watched(ranks, job_state="RUNNING", nodes={"gpjob1": None, "gpjob2": None, "gpjob3": None})
+    document = JobResult(facts, judge(Job(JobFacts([]), None, facts)), None).document()
+    text = render(document, "text", colour=False)
+    assert "of job 1 on 3 node(s)" in text and "the job is RUNNING" in text
+    row = next(line for line in text.splitlines() if line.strip().startswith("1 "))
+    assert "gpjob2" in row and "now broadcast at train.py:96" in row
+    assert json.loads(render(document, "json", colour=False))["verdict"] == "fail"

@@ -112,6 +112,9 @@ def watch_job_nodes(job_id: str, seconds: Optional[float], interval: float,
     facts = merged.facts(time.monotonic() - started, stale_after(interval), job_ended=ended, job_id=job.id)
     facts.signal = stopped
     facts.job_state = state
+    if not merged.heard and why == "srun ended":
+        raise GpuprepError(f"srun started no watcher in job {job.id}" +
+                           (f": {errors[-1][:200]}" if errors else "") + " (watch --job runs as the job's user or root)")
     missing = sorted(set(job.nodes) - set(merged.heard))
     if missing:
         facts.notes.append(f"no watcher answered from {', '.join(missing[:8])}: its ranks are not judged" +
