@@ -203,6 +203,21 @@ def node_name(given: Optional[str] = None) -> str:
     return name
 
 
+def run_command(argv: Sequence[str], missing: str, refused=GpuprepError) -> str:
+    """A Slurm client command's standard output; `refused` (an error class) with its last line when it says no, a
+    GpuprepError when it is not there (`missing` says what that means) or does not answer."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=SCONTROL_TIMEOUT)
+    except FileNotFoundError:
+        raise GpuprepError(f"{argv[0]} not found: {missing}") from None
+    except subprocess.TimeoutExpired:
+        raise GpuprepError(f"{' '.join(argv[:3])} did not answer in {SCONTROL_TIMEOUT} s") from None
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise refused(f"{' '.join(argv[:4])}: {said[-1][:200] if said else done.returncode}")
+    return done.stdout
+
+
 class Scontrol:
     """The two things gpuprep asks of slurmctld: a node's state, and an update of it. Argument lists only."""
 
@@ -210,16 +225,7 @@ class Scontrol:
         self.program = program
 
     def _run(self, *args: str) -> str:
-        try:
-            done = subprocess.run([self.program, *args], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT)
-        except FileNotFoundError:
-            raise GpuprepError(f"{self.program} not found: this is not a Slurm node (or give --scontrol)") from None
-        except subprocess.TimeoutExpired:
-            raise GpuprepError(f"{self.program} {args[0]} did not answer in {SCONTROL_TIMEOUT} s") from None
-        if done.returncode != 0:
-            said = (done.stderr or done.stdout).strip().splitlines()
-            raise GpuprepError(f"{self.program} {' '.join(args[:3])}: {said[-1] if said else done.returncode}")
-        return done.stdout
+        return run_command([self.program, *args], missing="this is not a Slurm node (or give --scontrol)")
 
     def node(self, name: str) -> NodeState:
         return parse_node(self._run("show", "node", name), name)

@@ -99,6 +99,19 @@ def node_exec(name: str, *argv: str, check: bool = False) -> subprocess.Complete
 
 # -- a Slurm cluster of several nodes on one machine (issue 45's bed) ------------------------------------------------
 
+# what every test cluster's slurm.conf says after its name and controller: munge, no cgroups, the spool and state
+SLURM_COMMON = """AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmdSpoolDir=/var/lib/slurm/slurmd
+StateSaveLocation=/var/lib/slurm/slurmctld
+SlurmUser=slurm
+ReturnToService=2
+"""
 CLUSTER_CTL_PORT = 6917             # slurmctld's; each slurmd gets CLUSTER_CTL_PORT + 4 + its number
 
 
@@ -109,18 +122,7 @@ def cluster_conf(names: List[str]) -> str:
     return f"""ClusterName=gpjob
 SlurmctldHost={names[0]}(127.0.2.1)
 SlurmctldPort={CLUSTER_CTL_PORT}
-AuthType=auth/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
-SlurmdSpoolDir=/var/lib/slurm/slurmd
-StateSaveLocation=/var/lib/slurm/slurmctld
-SlurmUser=slurm
-ReturnToService=2
+{SLURM_COMMON}SelectTypeParameters=CR_CPU
 KillOnBadExit=0
 MpiDefault=none
 {nodes}

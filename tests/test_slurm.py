@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import CORPUS, REPO
-from containers import docker, docker_ready, node_exec, remove_nodes, slurm_ready, start_slurm_node
+from containers import SLURM_COMMON, docker, docker_ready, node_exec, remove_nodes, slurm_ready, start_slurm_node
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow,
               pytest.mark.skipif(not (docker_ready() and slurm_ready()),
@@ -28,18 +28,7 @@ REPORT = "/var/lib/gpuprep/burnin.json"
 
 SLURM_CONF = f"""ClusterName=gpuprep
 SlurmctldHost={NODE}
-AuthType=auth/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
-SlurmdSpoolDir=/var/lib/slurm/slurmd
-StateSaveLocation=/var/lib/slurm/slurmctld
-SlurmUser=slurm
-ReturnToService=2
-HealthCheckProgram=/usr/local/sbin/gpuprep-healthcheck
+{SLURM_COMMON}HealthCheckProgram=/usr/local/sbin/gpuprep-healthcheck
 HealthCheckInterval={INTERVAL}
 HealthCheckNodeState=ANY
 Prolog=/usr/local/sbin/gpuprep-prolog

@@ -22,7 +22,6 @@ from .facts import WatchFacts
 from .stream import Emitter, Merged
 
 JOB_ID = re.compile(r"[0-9]{1,10}")
-SLURM_TIMEOUT = 20
 STOP_GRACE_SECONDS = 10
 
 
@@ -48,16 +47,8 @@ class SlurmJob:
 
 
 def _run(argv: List[str]) -> str:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=SLURM_TIMEOUT)
-    except FileNotFoundError:
-        raise GpuprepError(f"{argv[0]} not found: watch --job needs Slurm's client commands on this host") from None
-    except subprocess.TimeoutExpired:
-        raise GpuprepError(f"{' '.join(argv[:3])} did not answer in {SLURM_TIMEOUT} s") from None
-    if done.returncode != 0:
-        said = (done.stderr or done.stdout).strip().splitlines()
-        raise BadInput(f"{' '.join(argv[:4])}: {said[-1][:200] if said else done.returncode}")
-    return done.stdout
+    from ..slurm import run_command
+    return run_command(argv, "watch --job needs Slurm's client commands on this host", refused=BadInput)
 
 
 def job_info(job_id: str, scontrol: str = "scontrol") -> SlurmJob:
