@@ -253,3 +253,32 @@ def test_the_report_of_a_job_across_nodes_names_each_ranks_node_and_where_it_is(
     row = next(line for line in text.splitlines() if line.strip().startswith("1 "))
     assert "gpjob2" in row and "now broadcast at train.py:96" in row
     assert json.loads(render(document, "json", colour=False))["verdict"] == "fail"
+
+
+def test_a_step_srun_refuses_is_an_error_in_srun_s_own_words():
+    """scontrol says job 1 runs on three nodes, srun says it has ended (real captures, tests/fakes/slurm): no
+    watcher answered, and the watch says so in one line, never an empty verdict."""
+    from conftest import REPO
+    path = f"{REPO / 'tests' / 'fakes' / 'slurm'}{os.pathsep}{os.environ['PATH']}"
+    done = run_cli("watch", "--job", "1", "--json", env={"PATH": path})
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "srun started no watcher in job 1: srun: error: Slurm job 1 has expired" in done.stderr
+    assert json.loads(done.stdout)["verdict"] == "error"
+    done = run_cli("watch", "--job", "99999", env={"PATH": path})
+    assert done.returncode == 2 and "Invalid job id specified" in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("shares, straggler", [((80.0, 35.0, 75.0), 1), ((80.0, 60.0, 75.0), None)])
+def test_when_every_rank_waits_some_of_the_time_the_one_waiting_least_is_the_straggler(shares, straggler):
+    """A loaded host: each rank is seen in collectives in 30% of its samples or more, the slow rank too (it waits
+    in the collective after its own work). The one waiting half as often as every other is named; ranks alike in
+    their waits are exposed communication, no straggler."""
+    def rank(r, share):
+        return _wr(r, "abc"[r], stack_sigs=[str(i) for i in range(12)], sites=[["all_reduce", "t.py:9"]] * 12,
+                   last_stack="collective", main_thread={"collective": share, "compute_launch": 100 - share},
+                   stack_samples=12, cpu_seconds=[0.5 * i for i in range(12)], switches=list(range(0, 120, 10)),
+                   cpu_pct=[50.0] * 12, samples=12, gpu_util_pct=[30.0] * 12, throttle_reasons=[[]] * 12)
+    found = _ids(_watched([rank(r, s) for r, s in enumerate(shares)]))
+    named = {i[1] for i in found if i[0] == "job.straggler"}
+    assert named == ({straggler} if straggler is not None else set())
+    assert (("job.comm-exposed", None, None) in found) == (straggler is None)

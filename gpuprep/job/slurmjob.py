@@ -97,9 +97,10 @@ def watch_job_nodes(job_id: str, seconds: Optional[float], interval: float,
         stopped = 2
     finally:
         _stop(watchers)
-    # every rank seen to end; or srun ended (Slurm ends the watchers' step with the job) and the job is over
-    state = _state_at_end(job, scontrol) if why in ("ranks ended", "srun ended") else job.state
-    ended = why == "ranks ended" or why == "srun ended" and state not in (None, "RUNNING")
+    # the ranks, the watchers or srun ended: Slurm ends the watchers' step with the job, so ask Slurm how the job is
+    # (waiting for it to leave RUNNING); the watch stopped by itself: the job runs on, as it did at the start
+    state = _state_at_end(job, scontrol) if why.endswith("ended") else _state_now(job, scontrol)
+    ended = why == "ranks ended" or state not in (None, "RUNNING", "COMPLETING")
     facts = merged.facts(time.monotonic() - started, stale_after(interval), job_ended=ended, job_id=job.id)
     facts.signal = stopped
     facts.job_state = state
@@ -147,6 +148,13 @@ def _state_at_end(job: SlurmJob, scontrol: str) -> Optional[str]:
         if state not in ("RUNNING", "COMPLETING") or time.monotonic() > deadline:
             return state
         time.sleep(0.5)
+
+
+def _state_now(job: SlurmJob, scontrol: str) -> Optional[str]:
+    try:
+        return job_info(job.id, scontrol).state
+    except (BadInput, GpuprepError):
+        return None
 
 
 def drain_at_fault(findings, scontrol: str = "scontrol") -> list:

@@ -148,8 +148,23 @@ def watch_straggler(job: Job) -> List[Finding]:
     if len(ranks) >= 2 and waiting and len(working) == 1 and not _stuck(working[0], 2):
         return [_straggler(working[0], waiting)]
     if len(waiting) == len(ranks) and not all(_stuck(r, 2) for r in ranks):
+        slow = _waits_least(ranks)
+        if slow is not None:
+            return [_straggler(slow, [r for r in ranks if r is not slow])]
         return _exposed(job, ranks)
     return []
+
+
+def _waits_least(ranks: List[WatchRank]) -> Optional[WatchRank]:
+    """Every rank waits in collectives some of the time (a loaded host slows them all, and the slow rank waits in
+    the collective after its own work too): the one that waits in them at most half as often as every other, over
+    enough samples, and is not stopped, is the one they wait for."""
+    if len(ranks) < 3 or min(r.stack_samples for r in ranks) < limit("straggler_samples"):
+        return None
+    low, *others = sorted(ranks, key=lambda r: _stack(r, "collective"))
+    if _stuck(low, 2) or _stack(low, "collective") * limit("straggler_wait_ratio") > _stack(others[0], "collective"):
+        return None
+    return low
 
 
 def _how_waiting(rank: WatchRank, slow: WatchRank) -> str:
