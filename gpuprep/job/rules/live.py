@@ -148,7 +148,9 @@ def watch_straggler(job: Job) -> List[Finding]:
     if len(ranks) >= 2 and waiting and len(working) == 1 and not _stuck(working[0], 2):
         return [_straggler(working[0], waiting)]
     if len(waiting) == len(ranks) and not all(_stuck(r, 2) for r in ranks):
-        slow = _waits_least(ranks)
+        if min(r.stack_samples for r in ranks) < limit("straggler_samples"):
+            return []           # every rank waits some of the time: too few samples yet to tell one from the others
+        slow = _waits_least(ranks) or _works_most(ranks)
         if slow is not None:
             return [_straggler(slow, [r for r in ranks if r is not slow])]
         return _exposed(job, ranks)
@@ -157,14 +159,24 @@ def watch_straggler(job: Job) -> List[Finding]:
 
 def _waits_least(ranks: List[WatchRank]) -> Optional[WatchRank]:
     """Every rank waits in collectives some of the time (a loaded host slows them all, and the slow rank waits in
-    the collective after its own work too): the one that waits in them at most half as often as every other, over
-    enough samples, and is not stopped, is the one they wait for."""
-    if len(ranks) < 3 or min(r.stack_samples for r in ranks) < limit("straggler_samples"):
-        return None
+    the collective after its own work too): the one that waits in them at most half as often as every other, and
+    is not stopped, is the one they wait for."""
     low, *others = sorted(ranks, key=lambda r: _stack(r, "collective"))
     if _stuck(low, 2) or _stack(low, "collective") * limit("straggler_wait_ratio") > _stack(others[0], "collective"):
         return None
     return low
+
+
+def _works_most(ranks: List[WatchRank]) -> Optional[WatchRank]:
+    """The one rank whose CPU time, in the later half of the watch, is watch_cpu_ratio times every other's and a
+    working rank's at least: the others wait (gloo waits asleep). A rank spinning in NCCL is never this one: then
+    all spin alike."""
+    cpu = {id(r): _median(_steady(r.cpu_pct)) or 0.0 for r in ranks}
+    busy, *others = sorted(ranks, key=lambda r: -cpu[id(r)])
+    if _stuck(busy, 2) or cpu[id(busy)] < limit("watch_busy_cpu_pct") or \
+            cpu[id(busy)] < limit("watch_cpu_ratio") * cpu[id(others[0])]:
+        return None
+    return busy
 
 
 def _how_waiting(rank: WatchRank, slow: WatchRank) -> str:
