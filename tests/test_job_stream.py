@@ -282,3 +282,13 @@ def test_when_every_rank_waits_some_of_the_time_the_one_waiting_least_is_the_str
     named = {i[1] for i in found if i[0] == "job.straggler"}
     assert named == ({straggler} if straggler is not None else set())
     assert (("job.comm-exposed", None, None) in found) == (straggler is None)
+
+
+def test_a_nodes_words_reach_the_report_with_their_control_characters_escaped():
+    merged = Merged()
+    merged.feed(_line(ranks=[_rank(sites=[["all_reduce", "t.py:9\x1b[2J"]])], notes=["py-spy\nhealthy\x1b[31m"],
+                      node={"judged": True, "problems": [{"id": "gpu.xid", "severity": "fail", "subject": "GPU0\r",
+                                                         "message": "Xid 79\n\x1b[2J"}]}))
+    texts = merged.notes + [v for p in merged.node_facts["node1"]["problems"] for v in p.values()] + \
+        [x for r in merged.ranks.values() for site in r.sites for x in site]
+    assert texts and not any(c in t for t in texts for c in "\x1b\n\r")

@@ -206,6 +206,7 @@ class Merged:
             from ..report.sanitize import text_safe
             self.note(f"{text_safe(label)[:70]}: a watcher's line dropped: {exc} is not what a watcher writes")
             return
+        _escaped(document)
         host = document["host"]
         self.heard[host] = self.clock()
         for item in document["ranks"]:
@@ -259,6 +260,19 @@ class Merged:
         return WatchFacts(ranks, seconds, self.samples, list(self.notes), job_ended=job_ended,
                           nodes={h: self.node_facts.get(h) for h in sorted(self.heard)}, lost_nodes=sorted(lost),
                           job_id=job_id, collectives=list(self.dumps), at=time.time())
+
+
+def _escaped(document: dict) -> None:
+    """Every text a node sent that a report may show (notes, where a rank is, its check's words), with control
+    characters escaped: a node's text never moves a terminal's cursor or forges a report line."""
+    from ..report.sanitize import text_safe
+    document["notes"] = [text_safe(n) for n in document["notes"]]
+    for item in document["ranks"]:
+        if item.get("sites"):
+            item["sites"] = [[text_safe(x) if x is not None else None for x in site] for site in item["sites"]]
+    for problem in (document.get("node") or {}).get("problems", []):
+        for key in ("id", "subject", "message"):
+            problem[key] = text_safe(problem[key])
 
 
 def _order(rank: RankProcess, host: str):
