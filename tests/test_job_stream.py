@@ -292,3 +292,16 @@ def test_a_nodes_words_reach_the_report_with_their_control_characters_escaped():
     texts = merged.notes + [v for p in merged.node_facts["node1"]["problems"] for v in p.values()] + \
         [x for r in merged.ranks.values() for site in r.sites for x in site]
     assert texts and not any(c in t for t in texts for c in "\x1b\n\r")
+
+
+@pytest.mark.parametrize("in_loader, samples, named", [(1, 3, False), (3, 3, True), (2, 12, False), (9, 12, True),
+                                                       (6, 10, True), (5, 10, False)])
+def test_a_share_of_stack_samples_is_a_verdict_only_when_the_samples_hold_it(in_loader, samples, named):
+    """A healthy loop's main thread is in its DataLoader ~3% of the time: one look in three that lands there is
+    chance (the failure CI caught on a healthy job), three in three is not. The share is judged at its lower
+    confidence bound, so the verdict needs more samples the nearer the share is to the mark."""
+    share = round(100.0 * in_loader / samples, 1)
+    rank = _wr(2, "c", main_thread={"dataloader": share, "other": 100 - share}, stack_samples=samples,
+               last_stack="other", samples=samples, cpu_pct=[20.0] * samples, cpu_seconds=[0.2 * i for i in range(samples)])
+    found = {i[0] for i in _ids(_watched([rank]))}
+    assert ("job.dataloader" in found) == named, found

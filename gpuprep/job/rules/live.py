@@ -3,6 +3,7 @@ DataLoader workers and GPU readings, and across the ranks of one host or of all 
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from typing import Dict, List, Optional
 
@@ -36,6 +37,19 @@ def _stack(rank: WatchRank, kind: str) -> float:
     return (rank.main_thread or {}).get(kind, 0.0)
 
 
+def _mostly_in(rank: WatchRank, kind: str) -> bool:
+    """The main thread is in `kind` in watch_stack_pct of its time or more, as its stack samples show with
+    confidence: the share's lower bound (Wilson score, one-sided, z from stack_share_z) must reach the mark. One
+    sample in three at the DataLoader is a healthy loop's chance look (a 3% share), three in three is not."""
+    n = rank.stack_samples
+    if not n:
+        return False
+    share, z = _stack(rank, kind) / 100, limit("stack_share_z")
+    centre = share + z * z / (2 * n)
+    spread = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n))
+    return (centre - spread) / (1 + z * z / n) * 100 >= limit("watch_stack_pct")
+
+
 def _who_pid(rank: WatchRank) -> str:
     where = f" on {rank.host}" if rank.host else ""
     return f"rank {rank.rank}{where} (pid {rank.pid})" if rank.rank is not None else f"pid {rank.pid}{where}"
@@ -58,7 +72,7 @@ def watch_dataloader(job: Job) -> List[Finding]:
     out = []
     for r in _watched(job):
         util = _median(r.gpu_util_pct)
-        if _stack(r, "dataloader") < limit("watch_stack_pct") or _gpu_busy(r):
+        if not _mostly_in(r, "dataloader") or _gpu_busy(r):
             continue
         kind, words, remedy = _workers(r)
         evidence = {**_placed(r), "main_thread_in_dataloader_pct": _stack(r, "dataloader"),
@@ -109,7 +123,7 @@ def watch_sync(job: Job) -> List[Finding]:
                     f"synchronize) in {_stack(r, 'sync'):.0f}% of samples" + _util_words(r),
                     {"main_thread_in_sync_pct": _stack(r, "sync"), "gpu_util_median_pct": _median(r.gpu_util_pct)},
                     "Take .item()/.cpu()/synchronize out of the step; read metrics every N steps", source("sync_pct"))
-            for r in _watched(job) if _stack(r, "sync") >= limit("watch_stack_pct") and not _gpu_busy(r)]
+            for r in _watched(job) if _mostly_in(r, "sync") and not _gpu_busy(r)]
 
 
 def _util_words(rank: WatchRank) -> str:
