@@ -255,19 +255,29 @@ class BurninResult:
 
 
 def store_burnin(document: dict, path: str) -> int:
-    """Keep a burn-in report's GPUs in the results store at `path` (SQLite, created when missing); rows written."""
+    """Keep a burn-in report's GPUs in the results store at `path` (a SQLite file, created when missing, or a
+    PostgreSQL URL: postgresql://USER@HOST[:PORT]/DATABASE, the password in PGPASSWORD); rows written."""
     from . import arguments as a
     from .store import record
     a.text("store", path, optional=False)
     return record(path, document)
 
 
+def ready_store(path: str) -> None:
+    """The results store at `path` reachable and of this gpuprep's schema (made when missing): checked before a
+    burn-in starts, so a wrong URL or file costs no run."""
+    from . import arguments as a
+    from .store import open_store
+    a.text("store", path, optional=False)
+    with open_store(path):
+        pass
+
+
 def compare_with_fleet(result: "BurninResult", path: str, days: float = 90) -> None:
     """Add to `result` each GPU's judgement against the same model's GPUs in the results store."""
-    import os
     from .burnin.peers import against_fleet
     from .store import history, rows_of
-    past = history(path, since_days=days) if os.path.isfile(path) else {}
+    past = history(path, since_days=days, create=True)      # a store not there yet: no peers yet (the run is kept)
     result.findings += against_fleet(rows_of(result.document()), past)
 
 
@@ -276,11 +286,11 @@ def fleet_report(path: str, *, days: float = 90) -> dict:
     from .burnin.peers import fleet_report as judged
     from .report import envelope, summary
     from .rules import worst
-    from .store import history
+    from .store import history, shown
     past = history(path, since_days=days)
     findings = judged(past)
     return envelope("gpuprep.fleet-report/1", worst(findings) if findings else "info", summary(findings),
-                    store=path, days=days, models={model: len(series) for model, series in past.items()},
+                    store=shown(path), days=days, models={model: len(series) for model, series in past.items()},
                     findings=[f.to_dict() for f in findings])
 
 

@@ -639,9 +639,10 @@ def revert(inventory, limit, local, forks, extra_vars, as_json, no_mitogen, verb
 @click.option("--baseline", metavar="REPORT", help="A passing burn-in report of this node (--json -o): warn when "
                                                    "all-reduce busbw drops over 5% below it (PCIe and NVL boxes "
                                                    "have no published figure).")
-@click.option("--store", metavar="FILE.sqlite", help="Keep this run's GPUs in a results store (created when missing).")
-@click.option("--compare-fleet", metavar="FILE.sqlite", help="Judge each GPU against the same model's GPUs in this "
-                                                             "results store (the last 90 days); this run is kept there.")
+@click.option("--store", metavar="STORE", help="Keep this run's GPUs in a results store: a SQLite file (created when "
+                                               "missing) or postgresql://USER@HOST[:PORT]/DB (password in PGPASSWORD).")
+@click.option("--compare-fleet", metavar="STORE", help="Judge each GPU against the same model's GPUs in this "
+                                                       "results store (the last 90 days); this run is kept there.")
 @_format_options
 @_connection_options
 def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_timeout, baseline, store, compare_fleet,
@@ -659,6 +660,8 @@ def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_
         from .errors import BadInput
         raise BadInput(f"--nproc {nproc!r} is not a positive number or 'auto'")
     nnodes, node_rank, master = _allocation(nnodes, node_rank, master, inventory)
+    for path in {p for p in (store, compare_fleet) if p}:
+        api.ready_store(path)           # an unreachable store fails now, not after the run
 
     def started(backend_chosen, per_node):
         if not quiet:
@@ -680,11 +683,11 @@ def burnin(duration, nproc, backend, inventory, master, nnodes, node_rank, rdzv_
 
 @cli.group()
 def fleet():
-    """The fleet's burn-in history (a results store)."""
+    """The fleet's burn-in history (a results store: a SQLite file or a postgresql:// URL)."""
 
 
 @fleet.command("report")
-@click.argument("store", metavar="STORE.sqlite")
+@click.argument("store", metavar="STORE")
 @click.option("--days", type=click.FloatRange(0.01, 3650), default=90, show_default=True,
               help="Only the runs of the last DAYS days.")
 @_format_options

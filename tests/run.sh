@@ -18,6 +18,12 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || echo "chromium not installed: HTML tests will skip" >&2
 fi
 
+# Debian's PostgreSQL server for the results-store tests (each test starts a throwaway cluster of its own on
+# 127.0.0.1; the packaged cluster is never started).
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null 2>&1 || echo "postgresql not installed: its store tests will skip" >&2
+fi
+
 if [ "${GPUPREP_SKIP_DOCKER:-0}" != "1" ]; then
   bash .ci/docker-setup.sh
   export GPUPREP_REQUIRE_DOCKER=1   # container tests must run here, not skip
