@@ -107,3 +107,45 @@ def test_one_host_against_its_own_known_good_snapshot(tmp_path):
     assert "differs from the baseline's 565.57.01" in drift["drift.driver"]["title"]
     same = json.loads(run_cli("check", "--from", str(baseline), "--baseline", str(baseline), "--json").stdout)
     assert not [f for f in same["findings"] if f["id"].startswith("drift.")]
+
+
+def test_what_the_hardware_defines_is_compared_among_hosts_of_the_same_gpu_model(h100):
+    """Issue 46: three 8-GPU SXM hosts and two 2-GPU H100 NVL (PCIe) hosts of one fleet. Their GPU counts, power
+    limits and PCIe links differ by SKU: no drift within either model. An SXM host that lost a GPU differs from
+    the other SXM hosts, and is named with its peers' count; the NVL hosts are not compared with the SXM ones."""
+    nvl = import_files([corpus("h100-nvl-x2.nvidia-smi-q.txt")])
+
+    def lost_a_gpu(snap):
+        snap.gpus = snap.gpus[:7]
+    mixed = {**fleet(h100, 3, n2=lost_a_gpu), **{f"p{i}": s for i, s in enumerate(fleet(nvl, 2).values())}}
+    for name, snap in mixed.items():
+        snap.system.hostname = name
+        snap.software = copy.deepcopy(h100.software)      # one driver fleet-wide: the captures' two differ
+    found = {d.fact.id: (d.sku, d.odd) for d in fleet_drift(mixed)}
+    assert found.pop("drift.gpu-count") == ("NVIDIA H100 80GB HBM3", ["n2"])
+    assert set(found) == {"drift.gpu-model"} and found["drift.gpu-model"][1] == ["p0", "p1"]
+    (count,) = [f for f in drift_findings(fleet_drift(mixed)) if f.id == "drift.gpu-count"]
+    assert count.subject == "n2" and "differs from the fleet's 8 (2 of 3 NVIDIA H100 80GB HBM3 host(s))" in count.title
+
+
+def test_an_sxm_host_with_a_link_down_drifts_from_its_peers_and_a_pcie_host_without_links_does_not(h100):
+    from gpuprep.snapshot import NvLink
+    nvl = import_files([corpus("h100-nvl-x2.nvidia-smi-q.txt")])
+
+    def links(up):
+        def edit(snap):
+            for gpu in snap.gpus:
+                gpu.nvlinks = [NvLink(link=i, active=i < up) for i in range(18)]
+        return edit
+
+    def one_down(snap):
+        links(18)(snap)
+        snap.gpus[3].nvlinks[5].active = False
+    sxm = fleet(h100, 3, n0=links(18), n1=links(18), n2=one_down)
+    pcie = {f"p{i}": s for i, s in enumerate(fleet(nvl, 2, n0=lambda s: None).values())}
+    for name, snap in pcie.items():
+        snap.system.hostname = name
+        for gpu in snap.gpus:
+            gpu.nvlinks = []          # no bridge: what the SKU allows, not a fault
+    found = {d.fact.id: (d.sku, d.odd) for d in fleet_drift({**sxm, **pcie})}
+    assert found["drift.nvlink"] == ("NVIDIA H100 80GB HBM3", ["n2"])

@@ -4,7 +4,11 @@ findings out. An unknown value (None) is never drift: a host that cannot tell is
 
 Severity is what the difference does to a multi-node job: a different driver, CUDA, NCCL or PyTorch, GPU
 model or count, MIG mode or NCCL_* setting can hang or break collectives (fail); firmware, clocks, power,
-links, kernel and the rest make one node slower or behave differently (warn)."""
+links, kernel and the rest make one node slower or behave differently (warn).
+
+Peers: what the hardware itself defines (GPU count, NVLinks, PCIe link, power limit, firmware, CPUs, memory,
+NICs) is compared among the hosts of the same GPU model only. A PCIe H100 has no NVLink that an SXM H100 has:
+that is two SKUs, not drift; an SXM host with fewer GPUs or links than the other SXM hosts is."""
 from __future__ import annotations
 
 from collections import Counter
@@ -136,35 +140,36 @@ class Fact:
     label: str
     value: Callable[[Snapshot], object]
     tolerance: float = 0.0        # numbers within this fraction of each other are the same value
+    per_sku: bool = False         # the hardware defines it: compared among hosts of the same GPU model only
 
 
 FACTS: List[Fact] = [Fact(*row) for row in [
     ("drift.gpu-model", "fail", "GPU model", lambda s: _gpu_values(s, lambda g: g.name)),
-    ("drift.gpu-count", "fail", "GPU count", _gpu_count),
+    ("drift.gpu-count", "fail", "GPU count", _gpu_count, 0.0, True),
     ("drift.driver", "fail", "NVIDIA driver", lambda s: _text(s.software.driver_version)),
     ("drift.cuda-driver", "fail", "CUDA driver API", lambda s: _text(s.software.cuda_driver_version)),
     ("drift.mig-mode", "fail", "MIG mode", lambda s: _gpu_values(s, lambda g: _onoff(g.mig_mode_current))),
     ("drift.nccl", "fail", "NCCL", lambda s: _text(s.software.nccl_version)),
     ("drift.torch", "fail", "PyTorch", _torch),
     ("drift.nccl-env", "fail", "NCCL_* environment", lambda s: _prefixed_env(s, ("NCCL_",))),
-    ("drift.vbios", "warn", "VBIOS", lambda s: _gpu_values(s, lambda g: g.vbios_version)),
-    ("drift.inforom", "warn", "InfoROM image", lambda s: _gpu_values(s, lambda g: g.inforom_image)),
-    ("drift.gsp-firmware", "warn", "GSP firmware", lambda s: _gpu_values(s, lambda g: g.gsp_firmware)),
+    ("drift.vbios", "warn", "VBIOS", lambda s: _gpu_values(s, lambda g: g.vbios_version), 0.0, True),
+    ("drift.inforom", "warn", "InfoROM image", lambda s: _gpu_values(s, lambda g: g.inforom_image), 0.0, True),
+    ("drift.gsp-firmware", "warn", "GSP firmware", lambda s: _gpu_values(s, lambda g: g.gsp_firmware), 0.0, True),
     ("drift.ecc-mode", "warn", "ECC mode", lambda s: _gpu_values(s, lambda g: _onoff(g.ecc_mode_current))),
     ("drift.persistence", "warn", "persistence mode",
      lambda s: _gpu_values(s, lambda g: _onoff(g.persistence_mode))),
-    ("drift.app-clocks", "warn", "application clocks", lambda s: _gpu_values(s, _app_clocks)),
+    ("drift.app-clocks", "warn", "application clocks", lambda s: _gpu_values(s, _app_clocks), 0.0, True),
     ("drift.power-limit", "warn", "power limit",
-     lambda s: _gpu_values(s, lambda g: None if g.power_limit_w is None else f"{g.power_limit_w:.0f} W")),
-    ("drift.pcie-link", "warn", "PCIe link (max)", lambda s: _gpu_values(s, _pcie)),
-    ("drift.nvlink", "warn", "active NVLinks per GPU", lambda s: _gpu_values(s, _active_links)),
+     lambda s: _gpu_values(s, lambda g: None if g.power_limit_w is None else f"{g.power_limit_w:.0f} W"), 0.0, True),
+    ("drift.pcie-link", "warn", "PCIe link (max)", lambda s: _gpu_values(s, _pcie), 0.0, True),
+    ("drift.nvlink", "warn", "active NVLinks per GPU", lambda s: _gpu_values(s, _active_links), 0.0, True),
     ("drift.kernel", "warn", "kernel", lambda s: _text(s.system.kernel)),
     ("drift.kernel-cmdline", "warn", "kernel command line", _cmdline),
     ("drift.os", "warn", "OS", lambda s: _text(" ".join(p for p in (s.system.os_name, s.system.os_version) if p))),
-    ("drift.cpu-model", "warn", "CPU model", lambda s: _text(s.system.cpu_model)),
-    ("drift.cpu-cores", "warn", "CPU cores", lambda s: _text(s.system.cores)),
-    ("drift.memory", "warn", "memory (GiB)", _memory_gib, 0.02),
-    ("drift.numa", "warn", "NUMA layout", _numa),
+    ("drift.cpu-model", "warn", "CPU model", lambda s: _text(s.system.cpu_model), 0.0, True),
+    ("drift.cpu-cores", "warn", "CPU cores", lambda s: _text(s.system.cores), 0.0, True),
+    ("drift.memory", "warn", "memory (GiB)", _memory_gib, 0.02, True),
+    ("drift.numa", "warn", "NUMA layout", _numa, 0.0, True),
     ("drift.cuda-toolkit", "warn", "CUDA toolkits", _toolkits),
     ("drift.cudnn", "warn", "cuDNN", lambda s: _text(s.software.cudnn_version)),
     ("drift.container-toolkit", "warn", "nvidia-container-toolkit",
@@ -173,9 +178,9 @@ FACTS: List[Fact] = [Fact(*row) for row in [
     ("drift.omp-env", "warn", "OMP_* environment", lambda s: _prefixed_env(s, ("OMP_",))),
     ("drift.system-tuning", "warn", "tuned settings", _tuned),
     # the NICs a job's all-reduce crosses: a part, firmware or rate unlike the fleet's makes this the slowest rank
-    ("drift.nic-model", "warn", "RDMA NIC parts", lambda s: _rdma_values(s, lambda p: p.model)),
-    ("drift.nic-firmware", "warn", "RDMA NIC firmware", lambda s: _rdma_values(s, lambda p: p.firmware)),
-    ("drift.nic-rate", "warn", "RDMA port rates", lambda s: _rdma_values(s, _rate_text)),
+    ("drift.nic-model", "warn", "RDMA NIC parts", lambda s: _rdma_values(s, lambda p: p.model), 0.0, True),
+    ("drift.nic-firmware", "warn", "RDMA NIC firmware", lambda s: _rdma_values(s, lambda p: p.firmware), 0.0, True),
+    ("drift.nic-rate", "warn", "RDMA port rates", lambda s: _rdma_values(s, _rate_text), 0.0, True),
 ]]
 DRIFT_IDS = frozenset(f.id for f in FACTS)
 # A host of the fleet that could not be checked (unreachable, or its probe failed). Not a check: it cannot
@@ -192,6 +197,7 @@ class Drift:
     reference: Optional[str]
     odd: List[str] = field(default_factory=list)
     unknown: List[str] = field(default_factory=list)
+    sku: Optional[str] = None       # the GPU model whose hosts were compared (a per-SKU fact)
 
     def groups(self) -> Dict[str, List[str]]:
         out: Dict[str, List[str]] = {}
@@ -200,7 +206,7 @@ class Drift:
         return dict(sorted(out.items(), key=lambda kv: (-len(kv[1]), kv[0])))
 
     def to_dict(self) -> dict:
-        return {"id": self.fact.id, "fact": self.fact.label, "severity": self.fact.severity,
+        return {"id": self.fact.id, "fact": self.fact.label, "severity": self.fact.severity, "sku": self.sku,
                 "reference": self.reference, "odd_hosts": list(self.odd), "unknown_hosts": list(self.unknown),
                 "groups": [{"value": v, "hosts": hosts} for v, hosts in self.groups().items()]}
 
@@ -225,23 +231,46 @@ def _values(fact: Fact, snapshots: Dict[str, Snapshot]) -> Dict[str, Optional[st
     return {h: None if v is None else str(v) for h, v in raw.items()}
 
 
+def _sku(snap: Snapshot) -> Optional[str]:
+    return _gpu_values(snap, lambda g: g.name)
+
+
+def _peers(fact: Fact, snapshots: Dict[str, Snapshot]) -> List[tuple]:
+    """(GPU model or None, the hosts compared): the whole fleet, or for a fact the hardware defines, each model's
+    hosts apart (the hosts whose GPU model is not known, GPU-less or NVML down, are one group of their own)."""
+    if not fact.per_sku:
+        return [(None, snapshots)]
+    groups: Dict[Optional[str], Dict[str, Snapshot]] = {}
+    for host, snap in snapshots.items():
+        groups.setdefault(_sku(snap), {})[host] = snap
+    return sorted(groups.items(), key=lambda kv: kv[0] or "")
+
+
+def _drift(fact: Fact, snapshots: Dict[str, Snapshot], reference: Optional[str], sku: Optional[str]):
+    values = _values(fact, snapshots)
+    known = {h: v for h, v in values.items() if v is not None}
+    distinct = set(known.values())
+    if len(distinct) < 2 and (reference is None or distinct <= {reference}):
+        return None
+    if reference is None:
+        ranked = Counter(known.values()).most_common()
+        unique_top = len(ranked) == 1 or ranked[0][1] > ranked[1][1]
+        reference = ranked[0][0] if unique_top else None
+    odd = sorted(h for h, v in known.items() if reference is None or v != reference)
+    return Drift(fact, known, reference, odd, sorted(h for h, v in values.items() if v is None), sku)
+
+
 def fleet_drift(snapshots: Dict[str, Snapshot], baseline: Optional[Snapshot] = None) -> List[Drift]:
-    """Every fact on which the hosts (with known values) do not all agree. `baseline` is the reference
-    instead of the majority: a host of the fleet, or a snapshot of a known-good node."""
+    """Every fact on which the hosts (with known values) do not all agree: the whole fleet, or the hosts of one GPU
+    model for what the hardware defines. `baseline` is the reference instead of the majority (for a per-model fact,
+    of its own model's hosts): a host of the fleet, or a snapshot of a known-good node."""
     found = []
     for fact in FACTS:
-        values = _values(fact, snapshots)
-        known = {h: v for h, v in values.items() if v is not None}
-        reference = _values(fact, {"": baseline})[""] if baseline is not None else None
-        distinct = set(known.values())
-        if len(distinct) < 2 and (reference is None or distinct <= {reference}):
-            continue
-        if reference is None:
-            ranked = Counter(known.values()).most_common()
-            unique_top = len(ranked) == 1 or ranked[0][1] > ranked[1][1]
-            reference = ranked[0][0] if unique_top else None
-        odd = sorted(h for h, v in known.items() if reference is None or v != reference)
-        found.append(Drift(fact, known, reference, odd, sorted(h for h, v in values.items() if v is None)))
+        for sku, peers in _peers(fact, snapshots):
+            use = baseline is not None and (sku is None or _sku(baseline) == sku)
+            drift = _drift(fact, peers, _values(fact, {"": baseline})[""] if use else None, sku)
+            if drift is not None:
+                found.append(drift)
     return found
 
 
@@ -253,15 +282,17 @@ def drift_findings(drifts: Iterable[Drift], baseline_name: Optional[str] = None)
         fact = d.fact
         if d.reference is None:
             split = "; ".join(f"{v} on {', '.join(hosts)}" for v, hosts in d.groups().items())
+            whose = f"the {d.sku} hosts" if d.sku else "the fleet"
             findings.append(Finding(fact.id, fact.severity, "fleet",
-                                    f"{fact.label} splits the fleet with no majority: {split}",
+                                    f"{fact.label} splits {whose} with no majority: {split}",
                                     {"groups": {v: hosts for v, hosts in d.groups().items()}},
                                     _remedy(fact), "fleet drift"))
             continue
         agreeing = sum(1 for v in d.values.values() if v == d.reference)
+        peers = f"{d.sku} host(s)" if d.sku else "host(s)"
         for host in d.odd:
             against = (f"the baseline's {d.reference} ({baseline_name})" if baseline_name else
-                       f"the fleet's {d.reference} ({agreeing} of {len(d.values)} host(s))")
+                       f"the fleet's {d.reference} ({agreeing} of {len(d.values)} {peers})")
             findings.append(Finding(fact.id, fact.severity, host,
                                     f"{fact.label} {d.values[host]} differs from {against}",
                                     {"value": d.values[host], "fleet_value": d.reference, "hosts_agreeing": agreeing},
