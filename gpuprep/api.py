@@ -639,11 +639,14 @@ def nagios(sources: Sequence[str] = (), *, profile_name: Optional[str] = None, s
 def slurm_hook(hook: str, *, sources: Sequence[str] = (), profile_name: Optional[str] = None,
                skip: Sequence[str] = (), only: Sequence[str] = (), node: Optional[str] = None,
                scontrol: str = "scontrol", require_burnin: Optional[str] = None, burnin_within: Optional[str] = None,
-               baseline_dir: str = "/run/gpuprep/slurm", budget: float = 45.0, job_report: Optional[str] = None):
+               baseline_dir: str = "/run/gpuprep/slurm", budget: float = 45.0, job_report: Optional[str] = None,
+               drain_slow_gpu: Optional[str] = None):
     """Slurm's HealthCheckProgram, Prolog or Epilog (`hook`): judge this node within `budget` seconds (from this
     call; the hook command counts from its interpreter's start) under the node's lock, then drain it with gpuprep's reason, resume a node gpuprep drained
     once healthy (and, with `require_burnin`, after a passing burn-in report), or leave it. With `job_report` (a
-    directory), the epilog also writes the job's GPU report there (jobreport.py). Returns (exit code: 1
+    directory), the epilog also writes the job's GPU report there (jobreport.py). With `drain_slow_gpu` (a burn-in
+    report of this node), a GPU it names slow against its peers is a problem: the node is drained, the reason naming
+    the GPU (by default a slow GPU is a warning in the burn-in report only). Returns (exit code: 1
     when the node fails a health check or prolog, else 0; the line saying what was done). Raises on gpuprep's own
     trouble; the hook's exit policy (probe_main) turns that into "left as it was"."""
     import os
@@ -667,10 +670,15 @@ def slurm_hook(hook: str, *, sources: Sequence[str] = (), profile_name: Optional
         found = adapters.problems(result.findings, result.settings)
         gpus = [v for g in facts.gpus or [] for v in (g.uuid, g.pci_bus_id) if v]
         gate = slurm.Gate(require_burnin, within, name, gpus)      # the Slurm node name this hook judges
+        unused = None
+        if drain_slow_gpu:
+            slow, unused = slurm.slow_gpus(drain_slow_gpu, slurm.Gate(drain_slow_gpu, within, name, gpus), time.time())
+            found = found + slow
         outcome = slurm.act(name, found, slurm.Scontrol(scontrol), gate, facts_at=facts_at)
     from .report.sanitize import text_safe
     # a burn-in report's or a watch document's words reach this line: one line each, escaped, never a forged one
-    line = text_safe(f"gpuprep slurm {hook}: node {name}: {outcome.action.kind} ({outcome.action.why})")
+    line = text_safe(f"gpuprep slurm {hook}: node {name}: {outcome.action.kind} ({outcome.action.why})" +
+                     (f"; slow GPUs not judged: {unused}" if unused else ""))
     if job_report and hook == "epilog" and job:
         line += "\n" + text_safe(slurm.write_job_report(job, start, job_report, os.environ))
     return (1 if found and hook in ("healthcheck", "prolog") else 0), line

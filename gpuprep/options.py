@@ -36,7 +36,8 @@ FLAGS = {"driver": "--driver", "cuda": "--cuda", "cudnn": "--cudnn", "torch": "-
          "profile_name": "--profile", "age": "--burnin-within", "burnin_within": "--burnin-within",
          "require_burnin": "--require-burnin", "budget": "--budget", "directory": "-o", "root": "--root",
          "default_interface": "--default-interface", "socket_ifname": "--socket-ifname", "overrides": "--set", "deep": "--deep",
-         "job_report": "--job-report", "require_gpu": "--require-gpu"}
+         "job_report": "--job-report", "require_gpu": "--require-gpu",
+         "drain_slow_gpu": "--drain-slow-gpu"}
 
 
 def with_help(options: Sequence[Option], flag: str, text: str, metavar: str = "") -> tuple:

@@ -39,6 +39,10 @@ def _parser(prog: str = "gpuprep-probe") -> argparse.ArgumentParser:
                        help="resume a node gpuprep drained only when this burn-in report (gpuprep burnin --json -o) "
                             "passed")
     slurm.add_argument("--burnin-within", metavar="DURATION", help="... and is at most this old (e.g. 24h)")
+    slurm.add_argument("--drain-slow-gpu", metavar="REPORT.json",
+                       help="drain this node when this burn-in report of it names one of its GPUs slow against its "
+                            "peers (burnin.slow-gpu; the reason names the GPU). Without it a slow GPU is a warning "
+                            "in the report only")
     slurm.add_argument("--baseline-dir", default="/run/gpuprep/slurm", metavar="DIR",
                        help="where the prolog notes each job's start for its epilog (default /run/gpuprep/slurm)")
     slurm.add_argument("--job-report", metavar="DIR",
@@ -183,7 +187,8 @@ def _slurm_hook(args) -> int:
     budget = max(0.001, args.budget - process_age())
     code, line = api.slurm_hook(args.hook, **_judging_arguments(args), node=args.node, scontrol=args.scontrol,
                                 require_burnin=args.require_burnin, burnin_within=args.burnin_within,
-                                baseline_dir=args.baseline_dir, budget=budget, job_report=args.job_report)
+                                baseline_dir=args.baseline_dir, budget=budget, job_report=args.job_report,
+                                drain_slow_gpu=args.drain_slow_gpu)
     sys.stderr.write(line + "\n")
     return code
 

@@ -177,6 +177,49 @@ def _report_ranks_problem(document: dict, gate: Gate) -> Optional[str]:
     return "; ".join(problems) or None
 
 
+# --drain-slow-gpu: a GPU the burn-in named slow against its peers (burnin.slow-gpu, a warning in the report) drains
+# its node only when the admin asks for it; the reason names the GPU. Every field is the report's: checked, never
+# copied as words.
+_BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
+_FIGURES = {"compute step": "ms", "peak training power": "W", "lowest SM clock": "MHz"}
+
+
+def slow_gpus(path: str, gate: Gate, now: float):
+    """(problems, why not): the GPUs of this node the burn-in report at `path` names slow against their peers, as
+    failing findings; none, with the reason, when the report is not this node's usable one."""
+    try:
+        document = json.loads(read_regular(path, REPORT_LIMIT))
+    except (OSError, ValueError, RecursionError) as exc:
+        return [], f"no readable burn-in report at {path} ({str(getattr(exc, 'strerror', None) or exc)[:80]})"
+    if not isinstance(document, dict) or not str(document.get("schema", "")).startswith("gpuprep.burnin/"):
+        return [], f"{path} is not a gpuprep burn-in report"
+    problems = [p for p in (_report_ranks_problem(document, gate), _date_problem(document, gate, now, None)) if p]
+    if problems:
+        return [], f"the burn-in in {path}: " + "; ".join(problems)
+    short = gate.host.split(".")[0]
+    found = [_slow_gpu(f.get("evidence"), path) for f in document.get("findings") or []
+             if isinstance(f, dict) and f.get("id") == "burnin.slow-gpu" and f.get("severity") == "warn"]
+    return [f for f in found if f is not None and str(f.evidence["host"]).split(".")[0] == short], None
+
+
+def _slow_gpu(evidence, path: str) -> Optional[Finding]:
+    if not isinstance(evidence, dict) or evidence.get("figure") not in _FIGURES:
+        return None
+    bus, host = str(evidence.get("pci_bus_id") or ""), evidence.get("host")
+    numbers = [evidence.get(k) for k in ("value", "peers_median")]
+    if not _BUS_ID.fullmatch(bus) or not isinstance(host, str) or \
+            not all(isinstance(n, (int, float)) and abs(n) < 1e12 for n in numbers):
+        return None
+    unit, model = _FIGURES[evidence["figure"]], adapters._printable(str(evidence.get("model") or "GPU"))[:60]
+    return Finding("burnin.slow-gpu", "fail", f"GPU {bus}", f"GPU {bus} ({model}) is slow against its peers: "
+                   f"{evidence['figure']} {numbers[0]:.1f} {unit}, the peers' median {numbers[1]:.1f} {unit}",
+                   {"host": host, "pci_bus_id": bus, "figure": evidence["figure"], "value": numbers[0],
+                    "peers_median": numbers[1], "report": path},
+                   "Take the node out and compare the GPU with its neighbours (`gpuprep check`: clocks, throttle "
+                   "reasons, power, PCIe link); swap it with a peer to tell the GPU from the slot",
+                   "gpuprep burnin (peers of the same model), --drain-slow-gpu")
+
+
 def parse_age(text: str) -> float:
     """Seconds from '90m', '24h', '7d' (or a plain number of seconds)."""
     from .errors import bad_argument

@@ -1,6 +1,7 @@
 """Issue 47's classes, each a verdict that must be right both ways: an unknown is neither pass nor fail, a fail
 needs positive evidence, and a positive sign of a fault is never lost to the capture around it."""
 import json
+from pathlib import Path
 
 from conftest import CORPUS, run_cli
 from gpuprep.rules import evaluate
@@ -355,3 +356,63 @@ def test_a_fabric_manager_log_past_the_size_limit_is_read_from_its_end(tmp_path,
                  "00000000:07:00.0 physical id 0 port 1\n")
     snap = parsers.import_files([str(big)])
     assert snap.fabric_manager.errors and "FATAL" in snap.fabric_manager.errors[-1]
+
+
+# -- a GPU slow against its peers drains its node only when asked ------------------------------------------------
+
+H100 = "h100-sxm-x8.nvidia-smi-q.txt"
+
+
+def _slow_gpu_report(tmp_path, host):
+    """A burn-in report as `burnin --json` writes it (the judge and the document writer), of the eight H100s of a
+    real capture (their UUIDs and bus ids) on `host`, the fifth 15% slower than its peers: it passes every
+    absolute threshold."""
+    from gpuprep.api import BurninResult
+    from gpuprep.burnin import RunResult
+    from gpuprep.burnin.judge import judge
+    from gpuprep.parsers import import_files
+    gpus = import_files([str(CORPUS / H100)]).gpus
+    ranks = {}
+    for i, ms in enumerate([100.0, 101.0, 99.5, 100.4, 115.0, 100.8, 99.7, 100.2]):
+        ranks[i] = {"rank": i, "world_size": 8, "host": host, "device": f"cuda:{i}", "gpu_name": "NVIDIA H100 80GB HBM3",
+                    "gpu_uuid": gpus[i].uuid, "pci_bus_id": gpus[i].pci_bus_id, "steps": 40,
+                    "compute_ms": [ms] * 40, "step_ms": [ms * 1.3] * 40,
+                    "allreduce": [{"bytes": 1 << 30, "busbw_gbs": 400.0}], "memory": {"ok": True}}
+    run = RunResult(ranks=ranks, world_size=8, exit_code=0, timed_out=False, wall_seconds=70)
+    document = BurninResult(run, judge(run), "nccl", 60).document()
+    path = tmp_path / "burnin.json"
+    path.write_text(json.dumps(document))
+    return str(path), document
+
+
+def test_a_gpu_slow_against_its_peers_drains_its_node_only_with_the_option(tmp_path):
+    from test_adapters import _scontrol
+    report, document = _slow_gpu_report(tmp_path, "node1")
+    assert document["verdict"] == "warn"            # by default: a warning in the report
+    bus = document["ranks"][4]["pci_bus_id"]
+    common = ["--from", str(CORPUS / H100), "--node", "node1", "--baseline-dir", str(tmp_path / "s")]
+    scontrol, log = _scontrol(tmp_path, "scontrol-show-node-idle.txt")
+    plain = run_cli("slurm", "healthcheck", *common, "--scontrol", scontrol)
+    assert plain.returncode == 0 and not log.exists(), plain.stderr
+    asked = run_cli("slurm", "healthcheck", *common, "--scontrol", scontrol, "--drain-slow-gpu", report)
+    assert asked.returncode == 1, asked.stderr
+    (update,) = log.read_text().splitlines()
+    assert update.startswith(f"update NodeName=node1 State=DRAIN Reason=burnin.slow-gpu GPU {bus}"), update
+
+
+def test_a_slow_gpu_report_of_another_node_or_forged_drains_nothing(tmp_path):
+    from test_adapters import _scontrol
+    common = ["--from", str(CORPUS / H100), "--node", "node1", "--baseline-dir", str(tmp_path / "s")]
+    report, document = _slow_gpu_report(tmp_path, "node2")
+    scontrol, log = _scontrol(tmp_path, "scontrol-show-node-idle.txt")
+    other = run_cli("slurm", "healthcheck", *common, "--scontrol", scontrol, "--drain-slow-gpu", report)
+    assert other.returncode == 0 and not log.exists() and "not on this node" in other.stderr, other.stderr
+    report, document = _slow_gpu_report(tmp_path, "node1")
+    (slow,) = [f for f in document["findings"] if f["id"] == "burnin.slow-gpu"]
+    slow["evidence"]["pci_bus_id"] = "0000:1c:00.0 (gpuprep)\nnode1: resume"
+    Path(report).write_text(json.dumps(document))
+    forged = run_cli("slurm", "healthcheck", *common, "--scontrol", scontrol, "--drain-slow-gpu", report)
+    assert forged.returncode == 0 and not log.exists(), forged.stderr
+    missing = run_cli("slurm", "healthcheck", *common, "--scontrol", scontrol, "--drain-slow-gpu",
+                      str(tmp_path / "none.json"))
+    assert missing.returncode == 0 and "slow GPUs not judged: no readable burn-in report" in missing.stderr

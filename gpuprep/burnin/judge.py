@@ -198,7 +198,7 @@ def _slow_members(model: str, members: List[Rank]) -> List[Finding]:
                                {"model": model, "figure": name, "value": round(values[rank.rank], 2),
                                 "peers_median": round(statistics.median(peers), 2), "peers": len(peers),
                                 "spreads": round(spreads, 1) if spreads != float("inf") else None,
-                                "host": rank.host, "pci_bus_id": rank.pci_bus_id},
+                                "host": rank.host, "pci_bus_id": rank.pci_bus_id, "gpu_uuid": rank.gpu_uuid},
                                "Compare this GPU with its neighbours: clocks and throttle reasons, power limit, PCIe "
                                "link and temperature (`gpuprep check`); swap it with a peer to tell the GPU from the "
                                "slot", "SuperBench (peer comparison of the same SKU); median and MAD"))

@@ -53,6 +53,7 @@ class Rank:
     device: Optional[str] = None
     backend: Optional[str] = None
     gpu_name: Optional[str] = None
+    gpu_uuid: Optional[str] = None
     pci_bus_id: Optional[str] = None
     steps: Optional[int] = None
     setup_ms: Optional[float] = None
