@@ -52,12 +52,39 @@ HOST_GPUS = host_gpus()
 needs_no_gpu = pytest.mark.skipif(HOST_GPUS > 0, reason="asserts what a host without NVIDIA GPUs does")
 
 
+# The files that take longest, longest first (per-file seconds on 2 cores, as printed at the end of a run):
+# the workers start them first, so no long file is left to run alone at the end (tests/run.sh keeps this order
+# with --no-loadscope-reorder). Order only: a file missing here runs after these, in its usual place.
+LONGEST_FILES = ("test_fleet.py", "test_faults.py", "test_burnin.py", "test_fabric_role.py", "test_watch.py",
+                 "test_molecule.py", "test_job_across_nodes.py", "test_slurm.py", "test_user_install.py",
+                 "test_collection.py", "test_loop.py", "test_acs_role.py", "test_ssh_role.py", "test_lint.py",
+                 "test_diagnose.py")
+
+
 def pytest_collection_modifyitems(config, items):
     # `pytest -m gpu` is the acceptance kit for a machine with NVIDIA GPUs; elsewhere those tests skip
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (nvidia-smi -L lists none)")
     for item in items:
         if "gpu" in item.keywords and HOST_GPUS == 0:
             item.add_marker(skip)
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))     # stable: each file's own order is kept
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Each file's seconds (setup, call and teardown of its tests), the longest first: where a suite that grows
+    past its time budget spends it, and the order LONGEST_FILES should have."""
+    seconds = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) and getattr(report, "nodeid", None):
+                name = report.nodeid.split("::")[0]
+                seconds[name] = seconds.get(name, 0.0) + getattr(report, "duration", 0.0)
+    if seconds:
+        longest = sorted(seconds.items(), key=lambda kv: -kv[1])[:20]
+        terminalreporter.write_sep("=", "longest files (seconds)")
+        for name, total in longest:
+            terminalreporter.write_line(f"{total:8.1f}  {name}")
 
 
 def run_cli(*args, env=None, timeout=120):

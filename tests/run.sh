@@ -31,5 +31,7 @@ fi
 
 # Two workers, each test file whole in one (a file's containers and module fixtures are its own; their names are
 # unique across files): the container tests wait on systemd and Ansible more than they compute. -n 0 runs serially.
+# The longest files start first (conftest.LONGEST_FILES), in that order rather than xdist's by test count.
 # The slowest tests are listed at the end, so a suite that grows past its time budget shows where.
-exec "$VENV/bin/python" -m pytest -q -n "${GPUPREP_TEST_WORKERS:-2}" --dist loadfile --durations=25 "$@"
+exec "$VENV/bin/python" -m pytest -q -n "${GPUPREP_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+  --durations=25 "$@"
