@@ -20,6 +20,7 @@ class Member:
     snapshot: Optional[Snapshot] = None
     status: str = "checked"              # checked | unreachable | probe-failed
     problem: Optional[str] = None        # why there is no snapshot
+    groups: List[str] = field(default_factory=list)     # the inventory groups that list it (a rack, a row)
 
 
 @dataclass
@@ -36,13 +37,15 @@ def judge_fleet(members: List[Member], context: Context, skip: Sequence[str] = (
                 baseline: Optional[str] = None) -> FleetResult:
     """`baseline`: a member's name or a snapshot file to measure drift against instead of the majority."""
     from .rules.drift import drift_findings, fleet_drift
+    from .rules.peers import Peer, peer_counts
     result = FleetResult(members=sorted(members, key=lambda m: m.name), baseline=baseline)
     snapshots = {m.name: m.snapshot for m in result.members if m.snapshot is not None}
     for name, snap in snapshots.items():
         result.findings[name], result.waived[name] = select(judge_all(snap, context), skip, only)
     reference = _baseline(baseline, snapshots) if baseline else None
     result.drift = fleet_drift(snapshots, reference)
-    result.drift_findings = select(drift_findings(result.drift), skip, only)[0]
+    peers = {m.name: Peer(m.snapshot, m.groups) for m in result.members if m.snapshot is not None}
+    result.drift_findings = select(drift_findings(result.drift) + peer_counts(peers), skip, only)[0]
     return result
 
 
@@ -164,7 +167,10 @@ def gather(inventory: str, limit: Optional[str], forks: Optional[int],
     outcome = run(ApplyRequest(playbook="check.yml", inventory=inventory, limit=limit, forks=forks,
                                internal_vars=variables, extravars=extravars, mitogen=False, connection=connection),
                on_update)
-    return [_gathered(name, outcome.state.hosts.get(name)) for name in outcome.hosts_in_inventory], outcome
+    members = [_gathered(name, outcome.state.hosts.get(name)) for name in outcome.hosts_in_inventory]
+    for member in members:
+        member.groups = outcome.groups.get(member.name, [])
+    return members, outcome
 
 
 def _gathered(name: str, host) -> Member:

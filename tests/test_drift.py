@@ -149,3 +149,62 @@ def test_an_sxm_host_with_a_link_down_drifts_from_its_peers_and_a_pcie_host_with
             gpu.nvlinks = []          # no bridge: what the SKU allows, not a fault
     found = {d.fact.id: (d.sku, d.odd) for d in fleet_drift({**sxm, **pcie})}
     assert found["drift.nvlink"] == ("NVIDIA H100 80GB HBM3", ["n2"])
+
+
+# -- counts judged by peers (issue 46): Xid events and corrected ECC errors per GPU model and inventory group -------
+
+def _with_xids(h100, count_of):
+    """Hosts n0..: the H100 capture with the kernel log of a real capture (Xid 13 sixteen times) where
+    count_of(host) says so."""
+    flood = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt"), corpus("xid13-xid43.dmesg-iso.txt")]).xids
+    assert len([x for x in flood if x.code == 13]) >= 16
+    out = {}
+    for name, snap in fleet(h100, len(count_of)).items():
+        snap.xids = copy.deepcopy(flood) if count_of[name] else []
+        out[name] = snap
+    return out
+
+
+def test_a_host_logging_far_more_xids_than_its_peers_is_named():
+    from gpuprep.rules.peers import Peer, peer_counts
+    h100 = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
+    hosts = _with_xids(h100, {"n0": 0, "n1": 0, "n2": 1, "n3": 0, "n4": 0})
+    found = peer_counts({h: Peer(s) for h, s in hosts.items()})
+    assert [(f.id, f.subject) for f in found] == [("drift.xid-count", "n2")]
+    assert found[0].evidence["peers_median"] == 0 and "NVIDIA H100 80GB HBM3 hosts of the fleet" in found[0].title
+    assert peer_counts({h: Peer(s) for h, s in _with_xids(h100, {f"n{i}": 0 for i in range(5)}).items()}) == []
+
+
+def test_a_flood_a_whole_rack_shares_is_usual_there_and_one_hosts_flood_in_another_rack_is_not():
+    """NVSentinel#1748: Xid floods normal for one rack must not page for it; the same flood on one host of a quiet
+    rack is named, against that rack's hosts."""
+    from gpuprep.rules.peers import Peer, peer_counts
+    h100 = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
+    counts = {"n0": 1, "n1": 1, "n2": 1, "n3": 1, "n4": 0, "n5": 0, "n6": 0, "n7": 1}
+    hosts = _with_xids(h100, counts)
+    racks = {h: ["rack_a"] if int(h[1]) < 4 else ["rack_b"] for h in hosts}
+    found = peer_counts({h: Peer(s, racks[h]) for h, s in hosts.items()})
+    assert [(f.subject, f.evidence["compared"]) for f in found] == \
+        [("n7", "NVIDIA H100 80GB HBM3 hosts of group rack_b")]
+    ungrouped = peer_counts({h: Peer(s) for h, s in hosts.items()})
+    assert ungrouped == []            # fleet-wide, half the hosts flood: no host stands out
+
+
+def test_too_few_peers_or_an_unknown_count_name_nothing():
+    from gpuprep.rules.peers import Peer, peer_counts
+    h100 = import_files([corpus("h100-sxm-x8.nvidia-smi-q.txt")])
+    hosts = _with_xids(h100, {"n0": 0, "n1": 0, "n2": 1})
+    assert peer_counts({h: Peer(s) for h, s in hosts.items()}) == []          # two peers cannot say what is usual
+    hosts = _with_xids(h100, {"n0": 0, "n1": 0, "n2": 1, "n3": 0, "n4": 0})
+    for name in ("n0", "n1", "n3"):
+        hosts[name].xids = None                                              # no kernel log read: not a zero
+    assert peer_counts({h: Peer(s) for h, s in hosts.items()}) == []
+
+
+def test_the_inventory_gives_each_host_the_groups_that_list_it(tmp_path):
+    from gpuprep.ansible.runner import read_inventory
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[rack_a]\nn1\nn2\n[rack_b]\nn3\n[h100:children]\nrack_a\nrack_b\n[spare]\nn2\n[solo]\n")
+    hosts, groups = read_inventory(str(inventory), None)
+    assert hosts == ["n1", "n2", "n3"]
+    assert groups == {"n1": ["rack_a"], "n2": ["rack_a", "spare"], "n3": ["rack_b"]}

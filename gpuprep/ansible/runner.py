@@ -14,8 +14,8 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import BadInput, GpuprepError, bad_argument
 from ..resources import collection_dir, collections_path, playbooks_dir
@@ -80,6 +80,7 @@ class ApplyOutcome:
     rc: int
     hosts_in_inventory: List[str]
     signal: Optional[int] = None         # SIGINT/SIGTERM that cancelled the run
+    groups: Dict[str, List[str]] = field(default_factory=dict)     # host -> the inventory groups that list it
 
 
 def _ansible_bin(name: str) -> str:
@@ -235,6 +236,12 @@ def _bounded_memory() -> None:
 
 def inventory_hosts(inventory: str, limit: Optional[str]) -> List[str]:
     """The hosts an inventory (INI, YAML, directory, script, comma list) yields, through ansible itself."""
+    return read_inventory(inventory, limit)[0]
+
+
+def read_inventory(inventory: str, limit: Optional[str]) -> Tuple[List[str], Dict[str, List[str]]]:
+    """(the hosts an inventory yields, each host's groups: those that list it by name, not `all` or `ungrouped`),
+    through ansible itself."""
     if "," not in inventory and not os.path.exists(inventory):
         raise BadInput(f"inventory {inventory}: no such file or directory")
     argv = [_ansible_bin("ansible-inventory"), "-i", inventory, "--list"]
@@ -249,12 +256,16 @@ def inventory_hosts(inventory: str, limit: Optional[str]) -> List[str]:
         raise BadInput(f"inventory {inventory}: {_inventory_failure(done)}")
     data = json.loads(done.stdout)
     hosts = set(data.get("_meta", {}).get("hostvars", {}))
-    for group in data.values():
+    groups: Dict[str, List[str]] = {}
+    for name, group in data.items():
         if isinstance(group, dict):
             hosts.update(group.get("hosts") or [])
+            for host in group.get("hosts") or []:
+                if name not in ("all", "ungrouped"):
+                    groups.setdefault(host, []).append(name)
     if not hosts:
         raise BadInput(f"inventory {inventory}: no hosts" + (f" match --limit {limit}" if limit else ""))
-    return sorted(hosts)
+    return sorted(hosts), {host: sorted(names) for host, names in groups.items()}
 
 
 def _inventory_failure(done: subprocess.CompletedProcess) -> str:
@@ -312,7 +323,7 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
     private = tempfile.mkdtemp(prefix="gpuprep-apply-")
     try:
         inventory, extravars = _target(request, private)
-        hosts = inventory_hosts(inventory, request.limit)
+        hosts, groups = read_inventory(inventory, request.limit)
         artifacts = _writable_artifacts()
     except BadInput:
         shutil.rmtree(private, ignore_errors=True)
@@ -337,7 +348,7 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
     if on_update:
         on_update(state)
     return ApplyOutcome(state=state, artifacts=os.path.join(artifacts, ident), status=runner.status,
-                        rc=runner.rc, hosts_in_inventory=hosts, signal=caught[0] if caught else None)
+                        rc=runner.rc, hosts_in_inventory=hosts, signal=caught[0] if caught else None, groups=groups)
 
 
 def _ended(state: RunState, runner, caught: list, timeout: Optional[int], run_dir: str) -> RunState:

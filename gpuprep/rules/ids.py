@@ -10,8 +10,9 @@ def check_ids() -> FrozenSet[str]:
     """The ids `gpuprep check` can report about a host or a fleet, which --skip/--only may name."""
     from . import RULES, _load_areas
     from .drift import DRIFT_IDS
+    from .peers import PEER_IDS
     _load_areas()
-    return frozenset(i for fn in RULES for i in fn.ids) | DRIFT_IDS
+    return frozenset(i for fn in RULES for i in fn.ids) | DRIFT_IDS | PEER_IDS
 
 
 @lru_cache(maxsize=None)
