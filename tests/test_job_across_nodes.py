@@ -134,7 +134,8 @@ def test_each_labelled_fault_is_named_with_its_rank_node_and_gpu(cluster, case):
         report, done = watch(cluster, job_id, case["until"] or None)
     finally:
         sh(node, f"sed -i 's/^gpu 0 reasons .*/gpu 0 reasons 0x0/' {CONFIG}")
-        sh(NODES[0], "scancel --full $(squeue -h -o %i) 2>/dev/null; true", check=False)
+        # SIGKILL: a stopped rank (the sigstop case) takes no SIGTERM, and Slurm would wait KillWait for it
+        sh(NODES[0], "scancel --full --signal=KILL $(squeue -h -o %i) 2>/dev/null; true", check=False)
     right, _ = judged_right(case, report)
     said = [f"{f['severity']} {f['id']} {f['subject']}: {f['title']}" for f in report["findings"] if f["severity"] != "pass"]
     ranks = [(r["rank"], r["host"], r["main_thread"], r["last_stack"]) for r in report["ranks"]]

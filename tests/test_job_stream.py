@@ -305,3 +305,18 @@ def test_a_share_of_stack_samples_is_a_verdict_only_when_the_samples_hold_it(in_
                last_stack="other", samples=samples, cpu_pct=[20.0] * samples, cpu_seconds=[0.2 * i for i in range(samples)])
     found = {i[0] for i in _ids(_watched([rank]))}
     assert ("job.dataloader" in found) == named, found
+
+
+def test_a_stopped_rank_inside_the_collective_is_the_hung_rank_not_the_fabric():
+    """SIGSTOP (or a debugger) holds a rank wherever it is, inside the all-reduce too: every rank then waits in the
+    same collective at the same line, which alone reads as the transport. The process state (T) names it; whether
+    its node or its code is at fault is not known (who stopped it is not)."""
+    def ranks(stopped_rank):
+        return [_wr(r, h, **_stuck_in("all_reduce", "train.py:98", stopped=[r == stopped_rank] * 8,
+                                      throttle_reasons=[[]] * 8))
+                for r, h in ((0, "a"), (1, "b"), (2, "c"))]
+    nodes = {h: {"judged": True, "problems": []} for h in "abc"}
+    found = _ids(_watched(ranks(1), nodes=nodes))
+    assert ("job.hung-rank", 1, None) in found and ("job.node-or-code", 1, "unknown") in found
+    assert not any(i[0] == "job.fabric-stall" for i in found)
+    assert ("job.fabric-stall", None, None) in _ids(_watched(ranks(None), nodes=nodes))

@@ -82,6 +82,7 @@ class WatchRank:
     cpu_pct: List[float] = field(default_factory=list)
     cpu_seconds: List[float] = field(default_factory=list)
     switches: List[int] = field(default_factory=list)   # per sample: the main thread's voluntary context switches
+    stopped: List[bool] = field(default_factory=list)   # per sample: the process was stopped (state T or t)
     workers: int = 0
     worker_cpu_pct: List[float] = field(default_factory=list)
     worker_running_pct: List[float] = field(default_factory=list)     # per sample: workers on or waiting for a CPU
@@ -153,6 +154,7 @@ def watch_rank(process) -> WatchRank:
                      startup_samples=len(process.stacks) - len(kept),
                      last_stack=process.stacks[-1] if process.stacks else None,
                      cpu_pct=process.cpu_pct, cpu_seconds=process.cpu_seconds, switches=process.switches,
+                     stopped=process.stopped,
                      workers=process.workers, worker_cpu_pct=process.worker_cpu_pct,
                      worker_running_pct=process.worker_running_pct,
                      worker_disk_wait_pct=process.worker_disk_wait_pct,

@@ -74,7 +74,7 @@ SERIES = {"stacks": _each(lambda v: _text(v, 20)), "stack_sigs": _each(lambda v:
           "sites": _each(lambda v: type(v) is list and len(v) == 2 and all(x is None or _text(x) for x in v)),
           "cpu_pct": _numbers, "worker_cpu_pct": _numbers, "worker_running_pct": _numbers,
           "worker_disk_wait_pct": _numbers, "cpu_seconds": _numbers,
-          "switches": _each(lambda v: type(v) is int and 0 <= v < 1 << 62),
+          "switches": _each(lambda v: type(v) is int and 0 <= v < 1 << 62), "stopped": _each(lambda v: type(v) is bool),
           "gpu_samples": _each(_gpu_sample), "ran_on": _each(_cpus)}
 # RankProcess's single values: the test each must pass
 SCALARS = {"rank": lambda v: v is None or type(v) is int and 0 <= v < 1 << 24,

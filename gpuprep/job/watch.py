@@ -51,6 +51,9 @@ class RankProcess:
     # that ended) that many times. A thread stopped, or blocked in one wait, adds none; one that spins adds none
     # either (a yield is no voluntary switch), so a rank waiting in NCCL does not look busy
     switches: List[int] = field(default_factory=list)
+    # per sample: the process was stopped (state T: SIGSTOP, Ctrl-Z; t: a debugger holds it). It stands still
+    # wherever it was, a collective included, and the others wait for it
+    stopped: List[bool] = field(default_factory=list)
     gpu_samples: List[dict] = field(default_factory=list)
     gpu_uuid: Optional[str] = None
     allowed_cpus: Optional[List[int]] = None    # the CPUs the rank may run on (its affinity: a binding, a cpuset)
@@ -192,6 +195,9 @@ def _source_line(path: str, line: Optional[int]) -> Optional[str]:
     return None
 
 
+STOPPED_STATES = ("stopped", "tracing-stop")     # psutil's words for T and t
+
+
 def _state(proc) -> Optional[str]:
     """psutil's word for the process's state now (running, sleeping, disk-sleep, ...); None when it is gone."""
     try:
@@ -286,6 +292,9 @@ class Watcher:
             rank.switches.append(proc.num_ctx_switches().voluntary)
         except Exception:      # noqa: BLE001 (gone, or not ours)
             pass
+        state = _state(proc)
+        if state is not None:
+            rank.stopped.append(state in STOPPED_STATES)
         last = self._last.get(rank.pid)
         if own is not None:
             rank.cpu_seconds.append(own)

@@ -252,7 +252,8 @@ def node_or_code(job: Job) -> List[Finding]:
                                "(`gpuprep watch --job ... --drain` drains it; `gpuprep check` there names the "
                                "repair); restart the job without it", "gpuprep watch --job: the node's own check "
                                "and NVML"))
-        elif node and node.get("judged") and rank.throttle_reasons and finding.id != "job.rank-dead":
+        elif node and node.get("judged") and rank.throttle_reasons and finding.id != "job.rank-dead" and \
+                not finding.evidence.get("stopped"):
             out.append(Finding("job.node-or-code", "warn", _who(rank), f"The job's code is at fault: {_who(rank)} "
                                f"({finding.id}) runs on a node that shows nothing wrong (its check and its GPU's "
                                f"readings); {_CODE_WORDS[finding.id]}", {**evidence, "fault": "code"},
@@ -268,7 +269,9 @@ def _unknown(finding: Finding, rank, node: Optional[dict], evidence: dict) -> Fi
     missing = [what for what, gap in (("the node's own check", not (node and node.get("judged"))),
                                       ("its GPU's readings (NVML)", not rank.throttle_reasons),
                                       ("why its process ended (its exit status: the job's log)",
-                                       finding.id == "job.rank-dead")) if gap]
+                                       finding.id == "job.rank-dead"),
+                                      ("who stopped its process (state T: a signal or a debugger)",
+                                       bool(finding.evidence.get("stopped")))) if gap]
     return Finding("job.node-or-code", "info", _who(rank), f"Whether the node or the code is at fault for "
                    f"{_who(rank)} ({finding.id}) is not known: no sign on its node, and {'; '.join(missing)} not "
                    "known", {**evidence, "fault": "unknown", "missing": missing},

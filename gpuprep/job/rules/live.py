@@ -318,6 +318,9 @@ def watch_hung(job: Job) -> List[Finding]:
     missing = [r for r in ranks if r.last_stack in ("other", "dataloader")]
     evidence = {"seconds_without_progress": int(limit("hang_samples")), "waiting": [_who_pid(r) for r in waiting],
                 "where": {_who_pid(r): _where_now(r) for r in ranks}}
+    stopped = [r for r in ranks if r.stopped[-1:] == [True]]
+    if stopped:
+        return [_stopped(r, len(ranks) - len(stopped), evidence) for r in stopped]
     if waiting and missing:
         return [_never_joined(r, waiting, evidence) for r in missing]
     groups = _collectives(ranks)
@@ -333,6 +336,16 @@ def watch_hung(job: Job) -> List[Finding]:
 def _where_now(rank: WatchRank) -> Optional[str]:
     """The collective the rank is in and the job's line it was called from, at the last sample; else its class."""
     return " at ".join(x for x in (rank.sites[-1] if rank.sites else []) if x) or rank.last_stack
+
+
+def _stopped(rank: WatchRank, others: int, evidence: dict) -> Finding:
+    """A rank whose process was stopped (SIGSTOP, Ctrl-Z, a debugger): it stands wherever it was, inside a
+    collective too, so where its stack is says nothing; the others wait for it."""
+    return Finding("job.hung-rank", "fail", _who_pid(rank), f"The job hangs: {_who_pid(rank)} is stopped (process "
+                   f"state T: SIGSTOP, Ctrl-Z, or a debugger holding it) at {_where_now(rank)}; the other {others} "
+                   "rank(s) wait for it", {**evidence, **_placed(rank), "stopped": True},
+                   "Find who stopped it (a debugger attached, a job-control signal, an admin's kill -STOP); "
+                   "kill -CONT PID lets it go on, or end the job")
 
 
 def _never_joined(rank: WatchRank, waiting: List[WatchRank], evidence: dict) -> Finding:

@@ -10,11 +10,14 @@ FAULT_LOG (seconds since the epoch), so a bench can time the verdict:
   desync    the rank calls broadcast where the others call the loss all_reduce (desync)
   slow      the rank does extra work in backward, in a hook on its gradients (straggler)
   data      the rank's DataLoader waits 0.05 s on each sample (0.8 s a batch) (data)
+  sigstop   the rank is stopped (SIGSTOP) while it waits inside the loss all_reduce, the others coming 1 s late
+            (hung: the process state tells it from the fabric)
 STEPS steps (0: until stopped), STEP_SLEEP seconds between steps, so a healthy job takes little CPU.
 """
 import os
 import signal
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -93,6 +96,11 @@ def main():
         optimizer.step()
         if faulty and step >= FAULT_STEP and FAULT == "stop":
             time.sleep(1 << 20)             # stopped: never reaches the loss all_reduce below
+        if step == FAULT_STEP and FAULT == "sigstop":
+            if faulty:          # stopped half a second into the all_reduce below, where it waits for the others
+                threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGSTOP)).start()
+            else:
+                time.sleep(1.0)
         if faulty and step == FAULT_STEP and FAULT == "desync":
             dist.broadcast(loss.detach(), src=0)       # the others are in the all_reduce below
         else:
