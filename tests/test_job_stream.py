@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import run_cli
+from conftest import REPO, run_cli
 from gpuprep.job.facts import JobFacts, WatchFacts, WatchRank
 from gpuprep.job.judge import Job, judge
 from gpuprep.job.stream import Emitter, Merged, parse_line, BadLine
@@ -320,3 +320,32 @@ def test_a_stopped_rank_inside_the_collective_is_the_hung_rank_not_the_fabric():
     assert ("job.hung-rank", 1, None) in found and ("job.node-or-code", 1, "unknown") in found
     assert not any(i[0] == "job.fabric-stall" for i in found)
     assert ("job.fabric-stall", None, None) in _ids(_watched(ranks(None), nodes=nodes))
+
+
+def test_each_node_relays_its_nccl_ras_report_and_the_merger_names_the_dead_rank_from_it():
+    """A node's watcher asks the NCCL RAS service beside it (a strict stand-in answering with the NCCL docs' DEAD
+    report) and sends the report on once; the merger reads it as a saved one is read, and the job rules name the
+    dead process with its node. A node's text that is no RAS report is dropped with one note."""
+    from gpuprep.job.slurmjob import node_watch
+    from ras_standin import RasStandIn
+    report = (REPO / "tests" / "data" / "ras" / "text_docs_dead.txt").read_text()
+    server = RasStandIn("2.25.1", report, None)
+    out = io.StringIO()
+    before = dict(os.environ)
+    os.environ.update(SLURM_STEP_ID="1", SLURMD_NODENAME="gpnode7", NCCL_RAS_ADDR=server.addr)
+    try:
+        node_watch("4242", 0.5, 2, lambda: {"judged": False, "problems": [], "not_judged": []}, out)
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+        server.close()
+    lines = [parse_line(text) for text in out.getvalue().splitlines()]
+    assert sum(1 for line in lines if line.get("ras")) == 1          # sent once: it did not change
+    merged = Merged()
+    for text in out.getvalue().splitlines():
+        merged.feed(text)
+    facts = merged.facts(2, 10, job_id="4242")
+    dead = {f.subject for f in judge(Job(JobFacts([]), None, facts)) if f.id == "job.rank-dead"}
+    assert {"process 3487984", "rank 21"} <= dead, dead
+    merged.feed(_line(ras="a node's words \x1b[2J, no report"))
+    assert any("a RAS report dropped" in n for n in merged.notes) and merged.ras is facts.ras

@@ -53,6 +53,11 @@ class RasReport:
 
 def query(addr: str = DEFAULT_ADDR, timeout: float = 5.0) -> RasReport:
     """The RAS report of the job on this node; OSError where no NCCL process listens (no RAS there)."""
+    return parse(query_text(addr, timeout))
+
+
+def query_text(addr: str = DEFAULT_ADDR, timeout: float = 5.0) -> str:
+    """The RAS report as the service words it (text, or JSON from NCCL 2.28.7); OSError where nothing answers."""
     host, _, port = addr.rpartition(":")
     deadline = time.monotonic() + timeout + 10
     last: Optional[OSError] = None
@@ -62,7 +67,7 @@ def query(addr: str = DEFAULT_ADDR, timeout: float = 5.0) -> RasReport:
             with socket.socket(family, kind, proto) as sock:     # localhost may be ::1 first: every address is tried
                 sock.settimeout(timeout + 5)
                 sock.connect(address)
-                return parse(_exchange(sock.makefile("rwb"), timeout, deadline))
+                return _exchange(sock.makefile("rwb"), timeout, deadline)
         except OSError as exc:
             last = exc
     raise last or OSError(f"nothing answers on {addr}")

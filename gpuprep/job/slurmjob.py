@@ -273,10 +273,14 @@ def node_watch(job_id: str, interval: float, seconds: Optional[float], node_chec
     checked: Dict[str, dict] = {}
     threading.Thread(target=lambda: checked.setdefault("node", node_check()), daemon=True).start()
     dumps = _DumpReader(processes)
+    ras = _RasRelay(os.environ.get("NCCL_RAS_ADDR") or None)
     watcher = Watcher(None, interval, family=processes)
 
     def sample(w) -> None:
         extra = {"dumps": dumps.new(w.ranks)}
+        report = ras.new()
+        if report is not None:
+            extra["ras"] = report
         if "node" in checked and "sent" not in checked:
             extra["node"], checked["sent"] = checked["node"], {}
         emitter.sample(w, extra)
@@ -291,6 +295,36 @@ def node_watch(job_id: str, interval: float, seconds: Optional[float], node_chec
         why = "told to stop"
     emitter.sample(watcher, {"end": why})
     return 0
+
+
+class _RasRelay:
+    """NCCL's RAS service on this node (NCCL_RAS_ADDR, else localhost:28028), asked every RAS_EVERY seconds in a
+    thread of its own: its report, as the service words it, sent on once each time it changes. Nothing answers
+    where the job does not use NCCL (2.24+): then nothing is sent."""
+    RAS_EVERY = 10.0
+
+    def __init__(self, addr: Optional[str]):
+        from .ras import DEFAULT_ADDR
+        self.addr, self.latest, self.sent = addr or DEFAULT_ADDR, None, None
+        threading.Thread(target=self._ask, daemon=True).start()
+
+    def _ask(self) -> None:
+        from .ras import query_text
+        from .stream import MAX_RAS
+        while True:
+            try:
+                text = query_text(self.addr, timeout=3)
+                self.latest = text if len(text) <= MAX_RAS else None
+            except (OSError, ValueError):
+                pass
+            time.sleep(self.RAS_EVERY)
+
+    def new(self) -> Optional[str]:
+        latest = self.latest
+        if latest is None or latest == self.sent:
+            return None
+        self.sent = latest
+        return latest
 
 
 def _told_to_stop(signum, frame):

@@ -11,6 +11,7 @@ import re
 import time
 from typing import Dict, List, Optional, Tuple
 
+from ..errors import BadInput
 from .facts import WatchFacts, watch_rank
 from .watch import RankProcess
 
@@ -82,6 +83,7 @@ SCALARS = {"rank": lambda v: v is None or type(v) is int and 0 <= v < 1 << 24,
            "visible": lambda v: v is None or _text(v, 200), "workers": lambda v: type(v) is int and 0 <= v < 1 << 16,
            "gpu_uuid": lambda v: v is None or _text(v, 100), "allowed_cpus": lambda v: v is None or _cpus(v),
            "ended": lambda v: type(v) is bool, "ended_at": lambda v: v is None or _number(v)}
+MAX_RAS = 512 << 10      # an NCCL RAS report as a node's watcher relays it (a job of thousands of ranks fits)
 HISTORY = 600            # samples kept a rank in the merger (ten minutes at one a second): what a live verdict reads
 
 
@@ -162,6 +164,7 @@ def parse_line(text: str) -> dict:
     if not isinstance(notes, list) or not all(_text(n, 400) for n in notes):
         raise BadLine("notes")
     for key, test in (("end", lambda v: v is None or _text(v, 200)), ("node", _node_facts),
+                      ("ras", lambda v: v is None or _text(v, MAX_RAS)),
                       ("dumps", lambda v: v is None or isinstance(v, list) and len(v) <= 64)):
         if not test(document.get(key)):
             raise BadLine(key)
@@ -194,6 +197,7 @@ class Merged:
         self.dumps: List = []
         self.notes: List[str] = []
         self.samples = 0
+        self.ras = None                 # the latest NCCL RAS report a node relayed (any node's RAS sees the whole job)
 
     def note(self, line: str) -> None:
         if line not in self.notes and len(self.notes) < 200:
@@ -219,6 +223,8 @@ class Merged:
         if document.get("end") is not None:
             self.ended[host] = document["end"]
         self._dumps(host, document.get("dumps") or [])
+        if document.get("ras"):
+            self._ras(host, document["ras"])
 
     def _rank(self, host: str, item: dict) -> None:
         rank = self.ranks.get((host, item["pid"]))
@@ -244,6 +250,19 @@ class Merged:
                 continue
             self.dumps = [d for d in self.dumps if d.rank != parsed.rank] + [parsed]
 
+    def _ras(self, host: str, text: str) -> None:
+        """A node's NCCL RAS report, parsed as a saved one is (strictly); its host names escaped for reports."""
+        from ..report.sanitize import text_safe
+        from .ras import parse
+        try:
+            report = parse(text)
+        except (BadInput, ValueError, RecursionError) as exc:
+            self.note(f"{host}: a RAS report dropped ({str(exc)[:120]})")
+            return
+        for rank in report.missing + report.behind:
+            rank.host = text_safe(rank.host) if rank.host is not None else None
+        self.ras = report
+
     def silent(self, stale: float) -> List[str]:
         """The nodes not heard from for `stale` seconds whose watcher did not say it ended."""
         now = self.clock()
@@ -257,7 +276,7 @@ class Merged:
             rank.host = host
             rank.node_lost = host in lost
             ranks.append(rank)
-        return WatchFacts(ranks, seconds, self.samples, list(self.notes), job_ended=job_ended,
+        return WatchFacts(ranks, seconds, self.samples, list(self.notes), job_ended=job_ended, ras=self.ras,
                           nodes={h: self.node_facts.get(h) for h in sorted(self.heard)}, lost_nodes=sorted(lost),
                           job_id=job_id, collectives=list(self.dumps), at=time.time())
 
