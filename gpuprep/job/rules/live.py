@@ -323,14 +323,19 @@ def watch_hung(job: Job) -> List[Finding]:
         return [_stopped(r, len(ranks) - len(stopped), evidence) for r in stopped]
     if waiting and missing:
         return [_never_joined(r, waiting, evidence) for r in missing]
+    return [_all_waiting(job, ranks, evidence, bool(waiting))]
+
+
+def _all_waiting(job: Job, ranks: List[WatchRank], evidence: dict, in_torch: bool) -> Finding:
+    """No rank stands apart: in different collectives a desync, all in one the fabric, else a hang not placed."""
     groups = _collectives(ranks)
     if all(_in_collective(r) for r in ranks):
-        return [_desync(groups, evidence) if len(groups) > 1 else _fabric(job, ranks, next(iter(groups)), evidence)]
-    return [Finding("job.hung-rank", "fail", "job", "The job hangs: no rank progressed for "
-                    f"{evidence['seconds_without_progress']} samples" +
-                    (" and every rank waits in torch (the missing rank is on another node?)" if waiting else ""),
-                    evidence, "Dump every rank's stacks (py-spy dump); with NCCL run with NCCL_DEBUG=INFO and the "
-                    "flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) to name the rank that is missing")]
+        return _desync(groups, evidence) if len(groups) > 1 else _fabric(job, ranks, next(iter(groups)), evidence)
+    return Finding("job.hung-rank", "fail", "job", "The job hangs: no rank progressed for "
+                   f"{evidence['seconds_without_progress']} samples" +
+                   (" and every rank waits in torch (the missing rank is on another node?)" if in_torch else ""),
+                   evidence, "Dump every rank's stacks (py-spy dump); with NCCL run with NCCL_DEBUG=INFO and the "
+                   "flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) to name the rank that is missing")
 
 
 def _where_now(rank: WatchRank) -> Optional[str]:
