@@ -57,8 +57,8 @@ needs_no_gpu = pytest.mark.skipif(HOST_GPUS > 0, reason="asserts what a host wit
 # with --no-loadscope-reorder). Order only: a file missing here runs after these, in its usual place.
 LONGEST_FILES = ("test_fleet.py", "test_faults.py", "test_burnin.py", "test_fabric_role.py", "test_watch.py",
                  "test_molecule.py", "test_job_across_nodes.py", "test_slurm.py", "test_user_install.py",
-                 "test_collection.py", "test_loop.py", "test_acs_role.py", "test_ssh_role.py", "test_lint.py",
-                 "test_diagnose.py")
+                 "test_collection.py", "test_loop.py", "test_burnin_peers.py", "test_acs_role.py",
+                 "test_ssh_role.py", "test_lint.py", "test_diagnose.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -85,6 +85,18 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("=", "longest files (seconds)")
         for name, total in longest:
             terminalreporter.write_line(f"{total:8.1f}  {name}")
+
+
+@pytest.fixture
+def cpu_hog():
+    """Two busy-looping processes beside the test (the machine has 2 cores): verdicts must not depend on load."""
+    import subprocess
+    import sys
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    yield
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
 
 
 def run_cli(*args, env=None, timeout=120):

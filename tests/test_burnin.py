@@ -204,18 +204,6 @@ def test_burnin_across_an_inventory_of_two_local_nodes(tmp_path):
     assert {r["inventory_host"] for r in doc["ranks"]} == {"node-a", "node-b"}
 
 
-@pytest.fixture
-def cpu_hog():
-    """Two busy-looping processes beside the test (the machine has 2 cores): verdicts must not depend on load."""
-    import subprocess
-    import sys
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    yield
-    for hog in hogs:
-        hog.kill()
-        hog.wait()
-
-
 @pytest.mark.slow
 def test_a_burnin_beside_a_cpu_hog_trains_and_passes(cpu_hog):
     """On a loaded machine the CPU-built model ate the training window: a run of zero steps passed."""

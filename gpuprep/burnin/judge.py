@@ -9,7 +9,7 @@ from typing import Callable, Dict, List, Optional
 from ..parsers.nvsmi import THROTTLE_REASONS
 from ..rules import Finding, declared, registrar
 from . import RunResult
-from .peers import outlier
+from .peers import MIN_GAP, MIN_GAP_CPU, outlier
 from .report_schema import Baseline, EccSample, MemoryCheck, Rank, RankGpu, typed
 
 STRAGGLER_MARGIN = 0.25     # a rank whose compute step is 25% slower than the others' median
@@ -189,7 +189,8 @@ def _slow_members(model: str, members: List[Rank]) -> List[Finding]:
             if rank.rank not in values:
                 continue
             peers = [v for k, v in values.items() if k != rank.rank]
-            spreads = outlier(values[rank.rank], peers, higher_is_better)
+            spreads = outlier(values[rank.rank], peers, higher_is_better,
+                              MIN_GAP_CPU if rank.device == "cpu" else MIN_GAP)
             if spreads is None:
                 continue
             out.append(Finding("burnin.slow-gpu", "warn", _label(rank),

@@ -12,17 +12,21 @@ from ..rules import Finding
 # a normal sample) past its peers' median, and at least MIN_GAP worse: a tiny spread never names a GPU 1% off
 SPREADS = 3.5
 MIN_GAP = 0.10
+# CPU ranks of one run share the host's cores, caches and memory bandwidth, and rank 0 also serves the rendezvous
+# store: alike ranks differ by up to ~15% in their compute step (measured on 2 cores, 4 ranks). Half slower is slow.
+MIN_GAP_CPU = 0.50
 MIN_PEERS = 3
 _REMEDY = ("Compare this GPU with its peers: clocks and throttle reasons, power limit, PCIe link, temperature "
            "(`gpuprep check` on its host); swap it with a peer to tell the GPU from its slot")
 
 
-def outlier(value: float, peers: List[float], higher_is_better: bool) -> Optional[float]:
-    """How many robust spreads `value` lies on the bad side of its peers' median, when it is an outlier; else None."""
+def outlier(value: float, peers: List[float], higher_is_better: bool, min_gap: float = MIN_GAP) -> Optional[float]:
+    """How many robust spreads `value` lies on the bad side of its peers' median, when it is an outlier (and at
+    least `min_gap` of the median worse); else None."""
     median = statistics.median(peers)
     spread = 1.4826 * statistics.median(abs(p - median) for p in peers)
     worse = (median - value) if higher_is_better else (value - median)
-    if median <= 0 or worse < MIN_GAP * median:
+    if median <= 0 or worse < min_gap * median:
         return None
     spreads = worse / spread if spread > 0 else float("inf")
     return spreads if spreads >= SPREADS else None
