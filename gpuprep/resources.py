@@ -5,6 +5,7 @@ Ansible through a link in gpuprep's cache directory, since Ansible looks a colle
 COLLECTIONS_PATH/ansible_collections/NAMESPACE/NAME."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -18,6 +19,7 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuprep"
 
 
+@functools.cache      # a checkout is synced once per process: the copies cannot move while a command runs
 def collections_path() -> Path:
     """The directory to put on ANSIBLE_COLLECTIONS_PATH so that gpuprep.node is this gpuprep's collection."""
     shipped = _PACKAGE / "share"
