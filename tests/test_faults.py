@@ -295,59 +295,82 @@ LAYOUTS = {
 }
 
 
-def _persistence():
-    return [g["persistence_mode"] for g in _gpus_on_node()]
+def _persistence(name):
+    from gpuprep.parsers.nvsmi import parse_xml
+    _header, gpus = parse_xml(node_exec(name, "nvidia-smi", "-q", "-x", check=True).stdout)
+    return [fields["persistence_mode"] for _bus, fields, _element in gpus]
+
+
+VENDOR_UNIT = "/lib/systemd/system/nvidia-persistenced.service"
+
+
+def _lay_out(name, layout):
+    """The node as a packaged driver leaves it: the vendor's unit (or none), the daemon where it installs it,
+    persistence off; returns what `systemctl cat` says before gpuprep."""
+    unit, daemon, _user = LAYOUTS[layout]
+    node_exec(name, "systemctl", "stop", "nvidia-persistenced")
+    node_exec(name, "rm", "-rf", "/etc/systemd/system/nvidia-persistenced.service", VENDOR_UNIT)
+    if daemon != "/usr/bin/nvidia-persistenced":
+        node_exec(name, "mv", "/usr/bin/nvidia-persistenced", daemon, check=True)
+    if unit:
+        node_exec(name, "sh", "-c", f"cat > {VENDOR_UNIT} <<'EOF'\n{unit}EOF", check=True)
+    node_exec(name, "systemctl", "daemon-reload", check=True)
+    node_exec(name, "nvidia-smi", "-pm", "0", check=True)
+    return node_exec(name, "systemctl", "cat", "nvidia-persistenced").stdout
+
+
+def _reboot(name):
+    """A reboot: the daemon is gone and the GPUs de-initialised; booting starts multi-user.target. What it leaves."""
+    node_exec(name, "systemctl", "stop", "nvidia-persistenced", check=True)
+    node_exec(name, "nvidia-smi", "-pm", "0", check=True)
+    wanted = node_exec(name, "systemctl", "list-dependencies", "--plain", "multi-user.target").stdout
+    node_exec(name, "systemctl", "start", "multi-user.target", check=True)
+    return {"wanted": "nvidia-persistenced.service" in wanted, "persistence": _persistence(name),
+            "active": node_exec(name, "systemctl", "is-active", "nvidia-persistenced").stdout.strip()}
+
+
+def _observe(name):
+    argv = node_exec(name, "cat", "/run/nvidia-persistenced/argv").stdout.split()
+    return {"persistence": _persistence(name), "argv": argv,
+            "active": node_exec(name, "systemctl", "is-active", "nvidia-persistenced").stdout.strip()}
 
 
 @pytest.fixture(scope="module")
-def persistence_reverted(node):
-    """The node without gpuprep's persistence and clocks, once for all layouts (each layout's test ends reverted),
-    and back to the layout the other tests use after the last."""
-    apply("-i", str(node), "--tags", "gpu_persistence,gpu_clocks", playbook="revert")
-    yield node
-    apply("-i", str(node), "--tags", "gpu_persistence")
+def layouts(tmp_path_factory):
+    """One node per packaged layout, each run through apply, a fast re-run, a reboot and revert together: one
+    Ansible run per stage for all layouts (a run's cost is mostly its own, not its hosts'). What each stage left on
+    each node, by layout, for the tests below to hold."""
+    names = {layout: f"gpuprep-layout-{i}-{os.getpid()}" for i, layout in enumerate(sorted(LAYOUTS))}
+    start_nodes(list(names.values()))
+    inventory = write_inventory(tmp_path_factory.mktemp("layouts") / "inventory.yml", list(names.values()))
+    try:
+        prepare(inventory)
+        seen = {layout: {"before": _lay_out(name, layout)} for layout, name in names.items()}
+        done, doc = apply("-i", str(inventory), "--tags", "gpu_persistence")
+        for layout, name in names.items():
+            seen[layout].update(applied=(done.returncode, doc["hosts"][name]["failed_tasks"]), **_observe(name))
+        again, doc = apply("-i", str(inventory), "--tags", "gpu_persistence", "--full")
+        for layout, name in names.items():
+            seen[layout]["rerun"] = (again.returncode, doc["hosts"][name]["changed_tasks"])
+            seen[layout]["boot"] = _reboot(name)
+        done, doc = apply("-i", str(inventory), "--tags", "gpu_persistence", playbook="revert")
+        for layout, name in names.items():
+            seen[layout]["reverted"] = (done.returncode, doc["hosts"][name]["failed_tasks"])
+            seen[layout]["after"] = node_exec(name, "systemctl", "cat", "nvidia-persistenced").stdout
+        yield seen
+    finally:
+        remove_nodes(list(names.values()))
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_persistence_on_each_packaged_layout_survives_a_reboot_and_reverts(persistence_reverted, layout):
-    node = persistence_reverted
-    unit, daemon, user = LAYOUTS[layout]
-    vendor = "/lib/systemd/system/nvidia-persistenced.service"
-    node_exec(NODE, "systemctl", "stop", "nvidia-persistenced")
-    node_exec(NODE, "rm", "-rf", "/var/lib/gpuprep/gpu_persistence", "/etc/systemd/system/nvidia-persistenced.service",
-              "/etc/systemd/system/nvidia-persistenced.service.d", vendor)
-    if daemon != "/usr/bin/nvidia-persistenced":
-        node_exec(NODE, "mv", "/usr/bin/nvidia-persistenced", daemon, check=True)
-    if unit:
-        node_exec(NODE, "sh", "-c", f"cat > {vendor} <<'EOF'\n{unit}EOF", check=True)
-    node_exec(NODE, "systemctl", "daemon-reload", check=True)
-    node_exec(NODE, "nvidia-smi", "-pm", "0", check=True)
-    before = node_exec(NODE, "systemctl", "cat", "nvidia-persistenced").stdout
-    try:
-        done, doc = apply("-i", str(node), "--tags", "gpu_persistence")
-        assert done.returncode == 0, doc
-        assert _persistence() == [True, True]
-        assert node_exec(NODE, "systemctl", "is-active", "nvidia-persistenced").stdout.strip() == "active"
-        argv = node_exec(NODE, "cat", "/run/nvidia-persistenced/argv", check=True).stdout.split()
-        assert "--persistence-mode" in argv and "--no-persistence-mode" not in argv
-        assert (argv[argv.index("--user") + 1] if "--user" in argv else None) == user     # privilege drop kept
-        again, doc = apply("-i", str(node), "--tags", "gpu_persistence", "--full")
-        assert again.returncode == 0 and doc["hosts"][NODE]["changed"] == 0, doc["hosts"][NODE]["changed_tasks"]
-        # a reboot: the daemon is gone and the GPUs de-initialised; booting starts multi-user.target
-        node_exec(NODE, "systemctl", "stop", "nvidia-persistenced", check=True)
-        node_exec(NODE, "nvidia-smi", "-pm", "0", check=True)
-        wanted = node_exec(NODE, "systemctl", "list-dependencies", "--plain", "multi-user.target").stdout
-        assert "nvidia-persistenced.service" in wanted
-        node_exec(NODE, "systemctl", "start", "multi-user.target", check=True)
-        assert node_exec(NODE, "systemctl", "is-active", "nvidia-persistenced").stdout.strip() == "active"
-        assert _persistence() == [True, True]
-        done, doc = apply("-i", str(node), "--tags", "gpu_persistence", playbook="revert")
-        assert done.returncode == 0, doc
-        assert node_exec(NODE, "systemctl", "cat", "nvidia-persistenced").stdout == before
-    finally:
-        node_exec(NODE, "systemctl", "stop", "nvidia-persistenced")
-        node_exec(NODE, "rm", "-rf", vendor, "/etc/systemd/system/nvidia-persistenced.service.d",
-                  "/etc/systemd/system/multi-user.target.d/gpuprep-persistenced.conf")
-        if daemon != "/usr/bin/nvidia-persistenced":
-            node_exec(NODE, "mv", daemon, "/usr/bin/nvidia-persistenced")
-        node_exec(NODE, "systemctl", "daemon-reload")
+def test_persistence_on_each_packaged_layout_survives_a_reboot_and_reverts(layouts, layout):
+    seen, user = layouts[layout], LAYOUTS[layout][2]
+    assert seen["applied"] == (0, []), seen["applied"]
+    assert seen["persistence"] == [True, True] and seen["active"] == "active", seen
+    argv = seen["argv"]
+    assert "--persistence-mode" in argv and "--no-persistence-mode" not in argv, argv
+    assert (argv[argv.index("--user") + 1] if "--user" in argv else None) == user     # privilege drop kept
+    assert seen["rerun"] == (0, []), seen["rerun"]                                   # idempotent
+    assert seen["boot"] == {"wanted": True, "persistence": [True, True], "active": "active"}, seen["boot"]
+    assert seen["reverted"] == (0, []), seen["reverted"]
+    assert seen["after"] == seen["before"]
