@@ -19,7 +19,7 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuprep"
 
 
-@functools.cache      # a checkout is synced once per process: the copies cannot move while a command runs
+@functools.lru_cache(maxsize=None)     # a checkout is synced once per process (lru_cache: nodes run Python 3.8)
 def collections_path() -> Path:
     """The directory to put on ANSIBLE_COLLECTIONS_PATH so that gpuprep.node is this gpuprep's collection."""
     shipped = _PACKAGE / "share"
