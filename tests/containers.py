@@ -26,11 +26,29 @@ def docker_ready() -> bool:
 
 
 def start_nodes(names: List[str], image: str = IMAGE) -> None:
+    """Start the nodes, then wait until each one's systemd has finished booting (`is-system-running --wait`: the
+    state, not a fixed time; on a loaded machine several booting at once take long, and a prepare run through Mitogen
+    reaches its service tasks within seconds)."""
     for name in names:
         docker("rm", "-f", name, check=False)
         docker("run", "-d", "--name", name, "--hostname", name, "--cap-add", "SYS_ADMIN", "--cgroupns=host",
                "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
                "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", image, "/lib/systemd/systemd")
+    for name in names:
+        _booted(name)
+
+
+def _booted(name: str, bound: float = 600.0) -> None:
+    """Until systemd says the boot is over (running, or degraded: a unit a container cannot start); a first exec
+    can fail while PID 1 sets up its bus, so ask again. The bound is for a node that never boots, not a speed limit."""
+    import time
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        state = docker("exec", name, "systemctl", "is-system-running", "--wait", check=False, timeout=600)
+        if state.stdout.strip() in ("running", "degraded"):
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"{name}: systemd did not finish booting within {bound:.0f} s")
 
 
 DNF_IMAGE = os.environ.get("GPUPREP_DNF_IMAGE", "gpuprep-dnf:v1")
