@@ -123,3 +123,33 @@ def test_no_encoding_of_any_e_value_survives_in_output_or_artifacts(tmp_path):
         seen += [open(os.path.join(folder, name), errors="replace").read() for name in names]
     leaked = [form for form in forms if len(form) >= 3 and any(form in text for text in seen)]
     assert leaked == []
+
+
+def _rotate_at_once(root, keep, barrier, errors):
+    from gpuprep.ansible.runner import rotate_runs
+    barrier.wait()
+    try:
+        rotate_runs(root, keep)
+    except OSError as exc:
+        errors.put(repr(exc))
+
+
+def test_runs_rotating_at_once_neither_raise_nor_keep_too_many(tmp_path):
+    """Two applies started in one second both rotate the run directories. ansible-runner's rotation raised in its
+    thread when the other removed a directory between its listing and its stat, and the run hung, never started.
+    Here four processes rotate one root of 400 runs at the same moment."""
+    import multiprocessing
+    import os
+    root = tmp_path / "runs"
+    for i in range(400):
+        (root / f"20261129-0754{i:04d}-1" / "job_events").mkdir(parents=True)
+        os.utime(root / f"20261129-0754{i:04d}-1", (i, i))
+    ctx = multiprocessing.get_context("fork")
+    barrier, errors = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_rotate_at_once, args=(str(root), 10, barrier, errors)) for _ in range(4)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+    assert [proc.exitcode for proc in procs] == [0, 0, 0, 0] and errors.empty()
+    assert sorted(os.listdir(root)) == [f"20261129-0754{i:04d}-1" for i in range(390, 400)]     # the newest

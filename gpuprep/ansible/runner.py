@@ -315,6 +315,19 @@ def keep_runs() -> int:
     return int(value)
 
 
+def rotate_runs(root: str, keep: int) -> None:
+    """Keep the newest `keep` run directories under `root`, by name (YYYYmmdd-HHMMSS-pid: a directory being emptied
+    by a concurrent run has a new mtime). Not ansible-runner's own rotation: it lists, then stats and removes each, so
+    a concurrent run removing the same old directory made it raise in its thread, before ansible-playbook started
+    (two applies in one second, beside a busy host), and the run waited forever."""
+    try:
+        names = sorted(entry.name for entry in os.scandir(root) if entry.is_dir(follow_symlinks=False))
+    except FileNotFoundError:
+        return
+    for name in names[:max(0, len(names) - keep)]:
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)     # another run may have removed it first
+
+
 def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] = None,
         on_output: Optional[Callable[[str], None]] = None) -> ApplyOutcome:
     """`on_output` receives Ansible's own output as it comes (with -e values and the become password redacted)."""
@@ -325,6 +338,7 @@ def run(request: ApplyRequest, on_update: Optional[Callable[[RunState], None]] =
         inventory, extravars = _target(request, private)
         hosts, groups = read_inventory(inventory, request.limit)
         artifacts = _writable_artifacts()
+        rotate_runs(artifacts, keep_runs() - 1)         # this run's directory is the one more
     except BadInput:
         shutil.rmtree(private, ignore_errors=True)
         raise
@@ -355,6 +369,8 @@ def _ended(state: RunState, runner, caught: list, timeout: Optional[int], run_di
     """The state once the run ended: cancelled (a signal, the timeout) marks the hosts it stopped; a playbook that
     failed before its plays ran (no stats) is an error, BadInput for what Ansible calls bad usage (4, 5)."""
     timed_out = runner.status == "timeout" and not state.finished
+    if runner.status in NOT_ENDED and not caught:
+        raise GpuprepError(f"ansible-runner stopped before ansible-playbook ended (its error is above; run {run_dir})")
     if caught or timed_out:
         _reap(run_dir)
         return interrupt(state, signal.Signals(caught[0]).name if caught else f"timeout after {timeout} s")
@@ -415,8 +431,8 @@ def _runner_arguments(request: ApplyRequest, private: str, inventory: str, extra
                 # facts live in memory: a jsonfile cache under the artifacts would hold each host's environment
                 # and fail on a host name with '/' in it
                 fact_cache_type="memory",
-                # keep the newest runs only (ansible-runner removes the oldest run directories)
-                rotate_artifacts=keep_runs(), verbosity=request.verbosity or None, timeout=request.timeout)
+                # rotate_runs keeps the newest runs, before this one starts
+                rotate_artifacts=0, verbosity=request.verbosity or None, timeout=request.timeout)
 
 
 def _execute(kwargs: dict, state: RunState, on_update, on_output):
@@ -432,7 +448,7 @@ def _execute(kwargs: dict, state: RunState, on_update, on_output):
     with _signals_cancel() as caught:
         kwargs.update(event_handler=enqueue, cancel_callback=lambda: bool(caught))
         thread, runner = ansible_runner.run_async(**kwargs)
-        state = _drain(events, runner, state, on_update, on_output)
+        state = _drain(events, runner, thread, state, on_update, on_output)
         thread.join()
     while not events.empty():
         state = reduce(state, events.get(), time.monotonic())
@@ -445,14 +461,19 @@ def _redacting(write: Callable[[str], None], secrets: Dict[str, object]) -> Call
     return lambda text: write(redact(text, known))
 
 
-def _drain(events: "queue.Queue[dict]", runner, state: RunState,
+NOT_ENDED = ("starting", "running", "unstarted")
+
+
+def _drain(events: "queue.Queue[dict]", runner, thread: threading.Thread, state: RunState,
            on_update: Optional[Callable[[RunState], None]],
            on_output: Optional[Callable[[str], None]] = None) -> RunState:
+    """Reduce the events until the run has ended: its status says so, or its thread is gone (one that raised
+    leaves the status where it was, and waiting on it would be waiting forever)."""
     while True:
         try:
             event = events.get(timeout=0.2)
         except queue.Empty:
-            if runner.status not in ("starting", "running", "unstarted") and events.empty():
+            if (runner.status not in NOT_ENDED or not thread.is_alive()) and events.empty():
                 return state
             continue
         state = reduce(state, event, time.monotonic())
