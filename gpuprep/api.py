@@ -493,6 +493,7 @@ def watch_slurm_job(job_id: str, *, seconds: Optional[float] = None, interval: f
         raise bad_argument("until", "is warn or fail")
     seen: dict = {}
     standing: dict = {}
+    held: dict = {}
 
     def so_far(facts) -> bool:
         found = judge(Job(JobFacts([], facts.collectives), None, facts))
@@ -507,7 +508,12 @@ def watch_slurm_job(job_id: str, *, seconds: Optional[float] = None, interval: f
                 seen.setdefault((f.id, f.subject), (round(facts.seconds, 1), round(time.time(), 3)))
         if on_sample:
             on_sample(facts, found)
-        return any(n >= UNTIL_SAMPLES for n in standing.values())
+        if not any(n >= UNTIL_SAMPLES for n in standing.values()):
+            return False
+        # the answer node or code rests on the node's own check, which arrives once it has run there: wait for it
+        # (bounded), so that a problem seen early is not left "not known" only for being seen early
+        held.setdefault("since", facts.seconds)
+        return not _node_check_due(facts, found) or facts.seconds - held["since"] >= NODE_CHECK_WAIT_S
     facts = watch_job_nodes(job_id, seconds, interval, so_far, srun=srun, scontrol=scontrol)
     findings = judge(Job(JobFacts([], facts.collectives), None, facts))
     for f in findings:
@@ -520,6 +526,17 @@ def watch_slurm_job(job_id: str, *, seconds: Optional[float] = None, interval: f
 
 
 UNTIL_SAMPLES = 3       # watch --until: a problem must stand this many samples in a row (one odd sample is noise)
+NODE_CHECK_WAIT_S = 90  # watch --until: how long a standing problem waits for its node's own check (minutes, if
+                        # ever, means the check hangs there; the answer is then "not known", and says why)
+
+
+def _node_check_due(facts, found) -> bool:
+    """Whether a culprit's answer node-or-code is "not known" only because its node's own check has not arrived
+    yet from a watcher that still answers."""
+    lost = {r.host for r in facts.ranks if r.node_lost}
+    return any(f.id == "job.node-or-code" and f.evidence.get("fault") == "unknown" and
+               (facts.nodes or {}).get(f.evidence.get("host")) is None and f.evidence.get("host") not in lost
+               for f in found)
 
 
 def node_problems() -> dict:
@@ -650,7 +667,6 @@ def slurm_hook(hook: str, *, sources: Sequence[str] = (), profile_name: Optional
     when the node fails a health check or prolog, else 0; the line saying what was done). Raises on gpuprep's own
     trouble; the hook's exit policy (probe_main) turns that into "left as it was"."""
     import os
-    import socket
     import time
 
     from . import adapters, slurm

@@ -139,7 +139,8 @@ def test_each_labelled_fault_is_named_with_its_rank_node_and_gpu(cluster, case):
     right, _ = judged_right(case, report)
     said = [f"{f['severity']} {f['id']} {f['subject']}: {f['title']}" for f in report["findings"] if f["severity"] != "pass"]
     ranks = [(r["rank"], r["host"], r["main_thread"], r["last_stack"]) for r in report["ranks"]]
-    assert right, (case["case"], said, ranks, done.stderr[-1000:])
+    answers = [f["evidence"] for f in report["findings"] if f["id"] == "job.node-or-code"]
+    assert right, "\n".join([case["case"], *map(str, answers), *said, *map(str, ranks), done.stderr[-1000:]])
 
 
 def judged_right(case, report):

@@ -227,6 +227,42 @@ def test_the_straggler_is_the_nodes_fault_only_with_a_sign_on_its_node(reasons, 
     assert ("job.node-or-code", 1, fault) in found, found
 
 
+@pytest.mark.parametrize("in_loader, samples, named", [
+    (0, 3, {"job.straggler"}),                  # never at its DataLoader: its own work
+    (2, 3, set()),                              # 2 of 3 there: data or its own work, not known yet
+    (3, 4, {"job.dataloader"}),                 # 3 of 4: it waits on its data
+    (1, 15, {"job.straggler"}),                 # 1 of 15: a chance look; its own work
+])
+def test_the_rank_the_others_wait_for_is_named_by_its_cause_only_once_the_samples_tell(in_loader, samples, named):
+    """A rank that works while the others wait in the collective is a straggler by its own work, or starved by its
+    DataLoader: 2 samples of 3 there tell neither, and a watch --until must not stop on "straggler" then."""
+    loader = 100.0 * in_loader / samples
+    slow = _wr(1, "b", stack_sigs=[str(i) for i in range(samples)], sites=[[None, "train.py:60"]] * samples,
+               last_stack="compute_launch", main_thread={"dataloader": loader, "compute_launch": 100.0 - loader},
+               stack_samples=samples, cpu_seconds=[float(i) for i in range(samples)], cpu_pct=[95.0] * samples,
+               samples=samples, throttle_reasons=[[]] * samples)
+    facts = _watched([_waiting(0, "a"), slow, _waiting(2, "c")], nodes={"a": None, "b": None, "c": None})
+    found = {i[0] for i in _ids(facts) if i[1] == 1 and i[0] in ("job.straggler", "job.dataloader")}
+    assert found == named
+
+
+@pytest.mark.parametrize("node, lost, waits", [
+    (None, False, True),                                    # its check has not arrived from a node that answers
+    ({"judged": True, "problems": []}, False, False),       # it arrived: the answer stands (code)
+    ({"judged": False, "problems": [], "not_judged": ["no driver"]}, False, False),   # arrived, judged nothing
+    (None, True, False),                                    # its node stopped answering: nothing more will come
+])
+def test_watch_until_waits_for_the_culprits_node_check_only_while_it_can_still_come(node, lost, waits):
+    """--until stops once a problem stands; an answer node-or-code that is "not known" only because the culprit
+    node's own check is still running there is worth waiting for (bounded), any other is not."""
+    from gpuprep.api import _node_check_due
+    ranks = [_waiting(0, "a"), _slow("b", [], node_lost=lost), _waiting(2, "c")]
+    facts = _watched(ranks, nodes={"a": None, "b": node, "c": None})
+    found = judge(Job(JobFacts([]), None, facts))
+    assert ("job.straggler", 1, None) in _ids(facts)
+    assert _node_check_due(facts, found) is waits
+
+
 def test_a_job_id_that_is_not_a_number_is_refused_in_one_line():
     done = run_cli("watch", "--job", "12; reboot")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "job id" in done.stderr

@@ -119,7 +119,7 @@ class WatchFacts:
     job_ended: bool = False                           # the job ended while watched (no hang can be judged)
     signal: Optional[int] = None                      # the signal that stopped the watch (SIGINT, SIGTERM), if any
     ras: Any = None                                   # ras.RasReport of the node's NCCL processes, where they answer
-    # a watch across a job's nodes: what each node's own check said (None where it could not run), the nodes
+    # a watch across a job's nodes: what each node's own check said (None until it arrives), the nodes
     # whose watcher stopped answering, and each rank's flight recorder dump where the job wrote one
     nodes: Dict[str, Optional[dict]] = field(default_factory=dict)
     lost_nodes: List[str] = field(default_factory=list)

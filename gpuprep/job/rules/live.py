@@ -37,17 +37,29 @@ def _stack(rank: WatchRank, kind: str) -> float:
     return (rank.main_thread or {}).get(kind, 0.0)
 
 
-def _mostly_in(rank: WatchRank, kind: str) -> bool:
-    """The main thread is in `kind` in watch_stack_pct of its time or more, as its stack samples show with
-    confidence: the share's lower bound (Wilson score, one-sided, z from stack_share_z) must reach the mark. One
-    sample in three at the DataLoader is a healthy loop's chance look (a 3% share), three in three is not."""
+def _share_bounds(rank: WatchRank, kind: str) -> tuple:
+    """The main thread's share of stack samples in `kind`, in %, as its one-sided bounds (Wilson score, z from
+    stack_share_z): (at least, at most). With few samples they lie far apart; one sample says little."""
     n = rank.stack_samples
     if not n:
-        return False
+        return 0.0, 100.0
     share, z = _stack(rank, kind) / 100, limit("stack_share_z")
     centre = share + z * z / (2 * n)
     spread = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n))
-    return (centre - spread) / (1 + z * z / n) * 100 >= limit("watch_stack_pct")
+    return (centre - spread) / (1 + z * z / n) * 100, (centre + spread) / (1 + z * z / n) * 100
+
+
+def _mostly_in(rank: WatchRank, kind: str) -> bool:
+    """The main thread is in `kind` in watch_stack_pct of its time or more, as its stack samples show with
+    confidence: the share's lower bound must reach the mark. One sample in three at the DataLoader is a healthy
+    loop's chance look (a 3% share), three in three is not."""
+    return bool(rank.stack_samples) and _share_bounds(rank, kind)[0] >= limit("watch_stack_pct")
+
+
+def _maybe_mostly_in(rank: WatchRank, kind: str) -> bool:
+    """Seen in `kind`, and the samples cannot yet tell whether that is where the main thread mostly is."""
+    return _stack(rank, kind) > 0 and not _mostly_in(rank, kind) and \
+        _share_bounds(rank, kind)[1] >= limit("watch_stack_pct")
 
 
 def _who_pid(rank: WatchRank) -> str:
@@ -67,12 +79,17 @@ def _gpu_busy(rank: WatchRank) -> bool:
     return util is not None and util >= limit("watch_busy_pct")
 
 
+def _starved(rank: WatchRank) -> bool:
+    """Its main thread waits on the DataLoader most of the time, and its GPU is not busy meanwhile."""
+    return _mostly_in(rank, "dataloader") and not _gpu_busy(rank)
+
+
 @job_rule("job.dataloader")
 def watch_dataloader(job: Job) -> List[Finding]:
     out = []
     for r in _watched(job):
         util = _median(r.gpu_util_pct)
-        if not _mostly_in(r, "dataloader") or _gpu_busy(r):
+        if not _starved(r):
             continue
         kind, words, remedy = _workers(r)
         evidence = {**_placed(r), "main_thread_in_dataloader_pct": _stack(r, "dataloader"),
@@ -160,13 +177,13 @@ def watch_straggler(job: Job) -> List[Finding]:
     working = [r for r in ranks if r not in waiting]
     # the one the others wait for but which has itself stopped is a hang in the making (job.hung-rank), no straggler
     if len(ranks) >= 2 and waiting and len(working) == 1 and not _stuck(working[0], 2):
-        return [_straggler(working[0], waiting)]
+        return _straggler(working[0], waiting)
     if len(waiting) == len(ranks) and not all(_stuck(r, 2) for r in ranks):
         if min(r.stack_samples for r in ranks) < limit("straggler_samples"):
             return []           # every rank waits some of the time: too few samples yet to tell one from the others
         slow = _waits_least(ranks) or _works_most(ranks)
         if slow is not None:
-            return [_straggler(slow, [r for r in ranks if r is not slow])]
+            return _straggler(slow, [r for r in ranks if r is not slow])
         return _exposed(job, ranks)
     return []
 
@@ -200,13 +217,18 @@ def _how_waiting(rank: WatchRank, slow: WatchRank) -> str:
             f"{_median(_steady(slow.cpu_pct)) or 0:.0f}%")
 
 
-def _straggler(slow: WatchRank, waiting: List[WatchRank]) -> Finding:
+def _straggler(slow: WatchRank, waiting: List[WatchRank]) -> List[Finding]:
+    """The rank the others wait for, named when its cause is its own work: one class an incident. Starved by its
+    DataLoader, it is job.dataloader; seen waiting there, the cause may be either: say which once the samples can
+    tell, never before (a watch --until stops on the first answer that stands)."""
+    if _starved(slow) or _maybe_mostly_in(slow, "dataloader"):
+        return []
     how = "; ".join(_how_waiting(r, slow) for r in waiting)
-    return Finding("job.straggler", "warn", _who_pid(slow),
-                   f"{_who_pid(slow)} is the straggler: the other {len(waiting)} rank(s) wait for it ({how})",
-                   {**_placed(slow), "waiting": {str(r.rank): _stack(r, "collective") for r in waiting},
-                    "straggler_main_thread": slow.main_thread},
-                   REMEDY["straggler"], source("straggler_pct"))
+    return [Finding("job.straggler", "warn", _who_pid(slow),
+                    f"{_who_pid(slow)} is the straggler: the other {len(waiting)} rank(s) wait for it ({how})",
+                    {**_placed(slow), "waiting": {str(r.rank): _stack(r, "collective") for r in waiting},
+                     "straggler_main_thread": slow.main_thread},
+                    REMEDY["straggler"], source("straggler_pct"))]
 
 
 def _exposed(job: Job, ranks: List[WatchRank]) -> List[Finding]:
