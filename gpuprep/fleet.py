@@ -117,10 +117,10 @@ def _member(text: str, path: str) -> Member:
     except ValueError as exc:
         raise BadInput(f"{path}: not valid JSON ({exc})") from None
     if isinstance(data, dict) and data.get("schema") == PROBE_ERROR_SCHEMA:
-        for field in ("host", "status", "problem"):
-            if data.get(field) is not None and not isinstance(data[field], str):
-                raise BadInput(f"{path}: {field}: expected a string in a probe-error document, got "
-                               f"{type(data[field]).__name__}")
+        for key in ("host", "status", "problem"):
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise BadInput(f"{path}: {key}: expected a string in a probe-error document, got "
+                               f"{type(data[key]).__name__}")
         return Member(data.get("host") or stem, None, data.get("status") or "probe-failed",
                       (data.get("problem") or "no snapshot")[:2000])
     snap = Snapshot.from_json(text, os.path.basename(path))

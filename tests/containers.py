@@ -169,6 +169,7 @@ def start_slurm_cluster(names: List[str], mounts: List[str] = ()) -> None:
                "--tmpfs", "/tmp", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", *_MASKED, *hosts, *volumes, SLURM_IMAGE,
                "/lib/systemd/systemd")
     for name in names:
+        _booted(name)
         done = subprocess.run(["docker", "exec", "-i", name, "sh", "-c",
                                "mkdir -p /var/lib/slurm/slurmd /var/lib/slurm/slurmctld /etc/slurm && "
                                "chown slurm: /var/lib/slurm/slurmctld && cat > /etc/slurm/slurm.conf"],

@@ -304,6 +304,26 @@ def test_a_step_srun_refuses_is_an_error_in_srun_s_own_words():
     assert done.returncode == 2 and "Invalid job id specified" in done.stderr and len(done.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize("in_collective, samples, straggler", [
+    ((5, 2, 5), 11, None),      # a healthy job beside a CPU hog (the labelled suite's run): rank 1 got fewer slices
+    ((4, 2, 0), 4, None),       # 4 samples: rank 2 never seen waiting, rank 1 half the time: chance, not yet told
+    ((10, 9, 0), 10, 2),        # rank 2 never waits, the others nearly always: it is the one they wait for
+])
+def test_one_rank_seen_waiting_less_is_the_straggler_only_beyond_chance(in_collective, samples, straggler):
+    """Shares of stack samples in the collective as a real watch saw them: the rank seen waiting least is named
+    only when the samples tell it from each rank that waits, never on a few samples' chance."""
+    def rank(r, k):
+        share = 100.0 * k / samples
+        return _wr(r, "abc"[r], stack_sigs=[str(i) for i in range(samples)], sites=[["all_reduce", "t.py:9"]] * samples,
+                   last_stack="collective", main_thread={"collective": share, "other": 100 - share},
+                   stack_samples=samples, cpu_seconds=[0.5 * i for i in range(samples)],
+                   switches=list(range(0, 10 * samples, 10)), cpu_pct=[50.0] * samples, samples=samples,
+                   gpu_util_pct=[30.0] * samples, throttle_reasons=[[]] * samples)
+    found = _ids(_watched([rank(r, k) for r, k in enumerate(in_collective)]))
+    named = {i[1] for i in found if i[0] == "job.straggler"}
+    assert named == ({straggler} if straggler is not None else set())
+
+
 @pytest.mark.parametrize("shares, straggler", [((80.0, 35.0, 75.0), 1), ((80.0, 60.0, 75.0), None)])
 def test_when_every_rank_waits_some_of_the_time_the_one_waiting_least_is_the_straggler(shares, straggler):
     """A loaded host: each rank is seen in collectives in 30% of its samples or more, the slow rank too (it waits

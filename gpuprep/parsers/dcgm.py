@@ -6,7 +6,6 @@ import json
 import re
 from typing import Any, List, Optional
 
-from ..errors import BadInput
 from ..snapshot import Dcgm, DcgmTest, Snapshot
 
 _STATUS = re.compile(r"^(Pass|Fail|Warn|Skip)\b", re.I)

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from typing import Iterable, List, Optional
 
-# one implementation of nvidia-smi's value conventions, shared with the roles' modules
-from .nvsmi import flag, integer, known, number  # noqa: F401  (re-exported)
+from .nvsmi import known
 
 
 def compress_cpulist(cpus: Iterable[int]) -> str:

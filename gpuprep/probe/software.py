@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 import re
 import shutil
 import subprocess
