@@ -340,7 +340,8 @@ def diagnose(traces, node_sources, live_node, compare, fmt, as_json, output, ver
 @click.option("--job", "job_id", metavar="JOBID", help="Watch this running Slurm job on all its nodes: one watcher a "
               "node, started as a step of the job (srun --overlap), merged here.")
 @click.option("--until", type=click.Choice(["warn", "fail"]), help="With --job: stop once a problem this bad (or "
-              "worse) has stood for 3 samples, and report (for automation: exit 1 on fail).")
+              "worse) has stood for 3 samples (and the culprit node's own check has arrived, up to 90 s more), and "
+              "report (for automation: exit 1 on fail).")
 @click.option("--drain", is_flag=True, help="With --job: drain the node found at fault (a node answer only), with "
                                             "the health check's reason format.")
 @click.option("--job-node", "job_node", metavar="JOBID", hidden=True,
