@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Iterable, List, Optional
 
-from .nvsmi import known
+# one implementation of nvidia-smi's value conventions, shared with the roles' modules
+from .nvsmi import flag, integer, known, number  # noqa: F401  (re-exported)
 
 
 def compress_cpulist(cpus: Iterable[int]) -> str:

@@ -179,13 +179,19 @@ def watch_straggler(job: Job) -> List[Finding]:
     if len(ranks) >= 2 and waiting and len(working) == 1 and not _stuck(working[0], 2):
         return _straggler(working[0], waiting) if _apart(working[0], waiting) else []
     if len(waiting) == len(ranks) and not all(_stuck(r, 2) for r in ranks):
-        if min(r.stack_samples for r in ranks) < limit("straggler_samples"):
-            return []           # every rank waits some of the time: too few samples yet to tell one from the others
-        slow = _waits_least(ranks) or _works_most(ranks)
-        if slow is not None:
-            return _straggler(slow, [r for r in ranks if r is not slow])
-        return _exposed(job, ranks)
+        return _all_wait_some(job, ranks)
     return []
+
+
+def _all_wait_some(job: Job, ranks: List[WatchRank]) -> List[Finding]:
+    """Every rank waits in collectives some of the time: the one that waits least, or works most, is the one the
+    others wait for; none of them: the communication is exposed."""
+    if min(r.stack_samples for r in ranks) < limit("straggler_samples"):
+        return []           # too few samples yet to tell one from the others
+    slow = _waits_least(ranks) or _works_most(ranks)
+    if slow is not None:
+        return _straggler(slow, [r for r in ranks if r is not slow])
+    return _exposed(job, ranks)
 
 
 def _waits_least(ranks: List[WatchRank]) -> Optional[WatchRank]:
