@@ -50,10 +50,12 @@ def _share_bounds(rank: WatchRank, kind: str) -> tuple:
 
 
 def _mostly_in(rank: WatchRank, kind: str) -> bool:
-    """The main thread is in `kind` in watch_stack_pct of its time or more, as its stack samples show with
-    confidence: the share's lower bound must reach the mark. One sample in three at the DataLoader is a healthy
-    loop's chance look (a 3% share), three in three is not."""
-    return bool(rank.stack_samples) and _share_bounds(rank, kind)[0] >= limit("watch_stack_pct")
+    """The main thread is in `kind` in watch_stack_pct of its time or more (its share of stack samples), and more
+    often than a healthy loop's chance look there: the share's lower bound clears stack_chance_pct. One sample in
+    three at the DataLoader is such a look (a healthy loop is there ~3% of the time); two in three, or 5 in 11 on a
+    loaded host, are not."""
+    return bool(rank.stack_samples) and _stack(rank, kind) >= limit("watch_stack_pct") and \
+        _share_bounds(rank, kind)[0] >= limit("stack_chance_pct")
 
 
 def _maybe_mostly_in(rank: WatchRank, kind: str) -> bool:
