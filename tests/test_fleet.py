@@ -66,12 +66,13 @@ def test_failed_and_unreachable_hosts_are_reported_and_a_rerun_finishes(fleet, t
     finally:
         docker("start", NAMES[2])
     node_exec(NAMES[2], "systemctl", "is-system-running", "--wait")
+    # the re-run of only the hosts that did not finish (the one that did is done; a re-run of a finished host is
+    # test_a_rerun_checks_each_role_in_one_read_and_repairs_what_moved's, and Molecule's idempotence)
     fixed = write_inventory(tmp_path / "fixed.yml", NAMES)
-    done, doc = apply("-i", str(fixed))
+    done, doc = apply("-i", str(fixed), "--limit", ",".join(NAMES[1:]))
     assert done.returncode == 0, doc
-    assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in doc["hosts"].values())
-    again, doc = apply("-i", str(fixed))
-    assert again.returncode == 0 and all(h["changed"] == 0 for h in doc["hosts"].values())   # idempotent
+    assert sorted(doc["hosts"]) == sorted(NAMES[1:])
+    assert all(h["failed"] == 0 and h["unreachable"] == 0 and h["changed"] > 0 for h in doc["hosts"].values())
 
 
 def _graphics_clocks(name):

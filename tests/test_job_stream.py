@@ -342,6 +342,26 @@ def test_when_every_rank_waits_some_of_the_time_the_one_waiting_least_is_the_str
     assert (("job.comm-exposed", None, None) in found) == (straggler is None)
 
 
+@pytest.mark.parametrize("samples, judged", [(6, False), (12, True)])
+def test_a_watch_too_short_to_compare_the_ranks_says_so_in_its_headline(samples, judged):
+    """Every rank waits some of the time and rank 1 half as often: with 6 samples a rank, too few to tell, the
+    report says the comparison was not made (its headline is never a bare OK); with 12 it names rank 1."""
+    from gpuprep.report import watch_document
+
+    def rank(r, share):
+        return _wr(r, "abc"[r], stack_sigs=[str(i) for i in range(samples)], sites=[["all_reduce", "t.py:9"]] * samples,
+                   last_stack="collective", main_thread={"collective": share, "compute_launch": 100 - share},
+                   stack_samples=samples, cpu_seconds=[0.5 * i for i in range(samples)],
+                   switches=list(range(0, 10 * samples, 10)), cpu_pct=[50.0] * samples, samples=samples,
+                   gpu_util_pct=[30.0] * samples, throttle_reasons=[[]] * samples)
+    facts = _watched([rank(r, s) for r, s in enumerate((80.0, 35.0, 75.0))])
+    found = judge(Job(JobFacts([]), None, facts))
+    assert [f.evidence["rank"] for f in found if f.id == "job.straggler"] == ([1] if judged else [])
+    doc = watch_document(facts, found)
+    assert ("Straggler by comparison" in doc["not_judged"]) is not judged
+    assert doc["verdict"] == ("warn" if judged else "info")
+
+
 def test_a_nodes_words_reach_the_report_with_their_control_characters_escaped():
     merged = Merged()
     merged.feed(_line(ranks=[_rank(sites=[["all_reduce", "t.py:9\x1b[2J"]])], notes=["py-spy\nhealthy\x1b[31m"],

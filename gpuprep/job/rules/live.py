@@ -168,7 +168,7 @@ def _waiting(ranks: List[WatchRank]) -> List[WatchRank]:
     return [r for r in ranks if _stack(r, "collective") >= limit("watch_stack_pct") or idle_cpu_rank(r)]
 
 
-@job_rule("job.straggler", "job.comm-exposed")
+@job_rule("job.straggler", "job.comm-exposed", "job.not-judged")
 def watch_straggler(job: Job) -> List[Finding]:
     """Ranks that wait for others while one does not: that one is the straggler. All waiting in collectives, GPUs
     not busy: the communication is exposed."""
@@ -188,12 +188,25 @@ def watch_straggler(job: Job) -> List[Finding]:
 def _all_wait_some(job: Job, ranks: List[WatchRank]) -> List[Finding]:
     """Every rank waits in collectives some of the time: the one that waits least, or works most, is the one the
     others wait for; none of them: the communication is exposed."""
-    if min(r.stack_samples for r in ranks) < limit("straggler_samples"):
-        return []           # too few samples yet to tell one from the others
+    fewest = min(ranks, key=lambda r: r.stack_samples)
+    if fewest.stack_samples < limit("straggler_samples"):
+        return [_too_few_to_compare(fewest)]
     slow = _waits_least(ranks) or _works_most(ranks)
     if slow is not None:
         return _straggler(slow, [r for r in ranks if r is not slow])
     return _exposed(job, ranks)
+
+
+def _too_few_to_compare(fewest: WatchRank) -> Finding:
+    """Too few samples yet to tell one rank from the others: said, so a short watch's healthy headline is not an
+    "OK" over a comparison that was never made."""
+    need = int(limit("straggler_samples"))
+    return Finding("job.not-judged", "info", "job",
+                   f"Straggler by comparison: every rank waits in collectives some of the time, and "
+                   f"{_who_pid(fewest)} has {fewest.stack_samples} stack sample(s) of the {need} each rank needs "
+                   f"before one is told from the others: whether one rank holds the others back was not judged",
+                   {"stack_samples": fewest.stack_samples, "needed": need, **_placed(fewest)},
+                   "Watch for longer (--duration), or until the job ends")
 
 
 def _waits_least(ranks: List[WatchRank]) -> Optional[WatchRank]:
