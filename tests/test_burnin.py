@@ -12,12 +12,18 @@ from gpuprep.burnin.judge import judge
 pytest.importorskip("torch")
 
 
-@pytest.mark.slow
-def test_two_rank_cpu_burnin_passes_with_numbers(tmp_path):
-    report = tmp_path / "report.json"
+@pytest.fixture(scope="module")
+def two_rank_report(tmp_path_factory):
+    """One real 2-rank burn-in's report (--json -o), which the tests of its numbers and of its HTML page read."""
+    report = tmp_path_factory.mktemp("burnin") / "report.json"
     done = run_cli("burnin", "--backend", "gloo", "--duration", "10s", "--json", "-o", str(report), timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    doc = json.loads(report.read_text())
+    return json.loads(report.read_text())
+
+
+@pytest.mark.slow
+def test_two_rank_cpu_burnin_passes_with_numbers(two_rank_report, tmp_path):
+    doc = two_rank_report
     assert doc["verdict"] == "pass" and doc["backend"] == "gloo" and doc["world_size"] == 2
     for rank in doc["ranks"]:
         assert rank["median_step_ms"] > 0 and rank["memory"]["ok"] and rank["memory"]["bytes"] == 64 << 20
@@ -65,11 +71,11 @@ def assert_burnin_formats(doc):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("chromium"), reason="needs chromium")
-def test_burnin_html_report_draws_bandwidth_and_step_times(tmp_path):
+def test_burnin_html_report_draws_bandwidth_and_step_times(two_rank_report, tmp_path):
+    from gpuprep.report import render
     from test_formats import colour_share, screenshot
     page = tmp_path / "burnin.html"
-    done = run_cli("burnin", "--backend", "gloo", "--duration", "10s", "-o", str(page), timeout=120)   # .html: HTML
-    assert done.returncode == 0, done.stderr
+    page.write_text(render(two_rank_report, "html"))
     dom = screenshot(page, tmp_path / "burnin.png")
     assert dom.count('class="busbw"') == 2 and dom.count('class="step"') == 2      # one line and one bar per rank
     assert colour_share(tmp_path / "burnin.png", (0x1f, 0x77, 0xb4)) > 0.0005       # rank 0's line / the bars
