@@ -234,6 +234,7 @@ def test_the_straggler_is_the_nodes_fault_only_with_a_sign_on_its_node(reasons, 
     (5, 11, {"job.dataloader"}),                # 5 of 11, a loaded host's data-bound job (CI's run)
     (3, 4, {"job.dataloader"}),                 # 3 of 4: it waits on its data
     (1, 15, {"job.straggler"}),                 # 1 of 15: a chance look; its own work
+    (5, 20, {"job.straggler"}),                 # 5 of 20: under the mark, mostly its own work
 ])
 def test_the_rank_the_others_wait_for_is_named_by_its_cause_only_once_the_samples_tell(in_loader, samples, named):
     """A rank that works while the others wait in the collective is a straggler by its own work, or starved by its

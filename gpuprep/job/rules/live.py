@@ -37,16 +37,16 @@ def _stack(rank: WatchRank, kind: str) -> float:
     return (rank.main_thread or {}).get(kind, 0.0)
 
 
-def _share_bounds(rank: WatchRank, kind: str) -> tuple:
-    """The main thread's share of stack samples in `kind`, in %, as its one-sided bounds (Wilson score, z from
-    stack_share_z): (at least, at most). With few samples they lie far apart; one sample says little."""
+def _share_at_least(rank: WatchRank, kind: str) -> float:
+    """The main thread's share of stack samples in `kind`, in %, at its one-sided lower bound (Wilson score, z from
+    stack_share_z): with few samples it lies far below the share; one sample says little."""
     n = rank.stack_samples
     if not n:
-        return 0.0, 100.0
+        return 0.0
     share, z = _stack(rank, kind) / 100, limit("stack_share_z")
     centre = share + z * z / (2 * n)
     spread = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n))
-    return (centre - spread) / (1 + z * z / n) * 100, (centre + spread) / (1 + z * z / n) * 100
+    return (centre - spread) / (1 + z * z / n) * 100
 
 
 def _mostly_in(rank: WatchRank, kind: str) -> bool:
@@ -55,13 +55,14 @@ def _mostly_in(rank: WatchRank, kind: str) -> bool:
     three at the DataLoader is such a look (a healthy loop is there ~3% of the time); two in three, or 5 in 11 on a
     loaded host, are not."""
     return bool(rank.stack_samples) and _stack(rank, kind) >= limit("watch_stack_pct") and \
-        _share_bounds(rank, kind)[0] >= limit("stack_chance_pct")
+        _share_at_least(rank, kind) >= limit("stack_chance_pct")
 
 
 def _maybe_mostly_in(rank: WatchRank, kind: str) -> bool:
-    """Seen in `kind`, and the samples cannot yet tell whether that is where the main thread mostly is."""
-    return _stack(rank, kind) > 0 and not _mostly_in(rank, kind) and \
-        _share_bounds(rank, kind)[1] >= limit("watch_stack_pct")
+    """The main thread's share of samples in `kind` is at the mark, but not yet beyond a healthy loop's chance look
+    there (1 sample of 3): the samples cannot yet tell whether that is where it mostly is. Under the mark (5 of
+    20), the best estimate is that it is not."""
+    return _stack(rank, kind) >= limit("watch_stack_pct") and not _mostly_in(rank, kind)
 
 
 def _who_pid(rank: WatchRank) -> str:
