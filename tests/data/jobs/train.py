@@ -65,7 +65,9 @@ def main():
     if ddp:
         model = torch.nn.parallel.DistributedDataParallel(model)
     delay = 0.005 if MODE == "data-bound" else 0.0
-    if MODE == "compute-bound":
+    if MODE in ("compute-bound", "sync-bound"):
+        # the loader costs next to nothing: on a host busy with other work, Python-heavy code slows more than one
+        # large operator, and a per-sample loader then held a third of a sync-bound job's samples
         loader = torch.utils.data.DataLoader(Batches(0.0), batch_size=None, num_workers=0)
     elif MODE in ("workers-waiting", "workers-computing"):
         dataset = Samples(0.02) if MODE == "workers-waiting" else Decoded(0.02)
