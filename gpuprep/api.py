@@ -525,6 +525,24 @@ def watch_slurm_job(job_id: str, *, seconds: Optional[float] = None, interval: f
     return JobResult(facts, findings, None)
 
 
+def watch_inventory_job(inventory: str, master: str, *, seconds: float, interval: float = 1.0,
+                        limit: Optional[str] = None) -> JobResult:
+    """`gpuprep watch -i`: a job across the hosts of an Ansible inventory, without Slurm. One watcher a host, started
+    through Ansible, samples for `seconds` the ranks there that meet at `master` (ADDR:PORT, their MASTER_ADDR and
+    MASTER_PORT); the hosts' samples are merged and judged as one job, as watch_slurm_job does."""
+    from . import arguments as a
+    from .job.facts import JobFacts
+    from .job.inventoryjob import watch_inventory_nodes
+    from .job.judge import Job, judge
+    a.text("inventory", inventory, optional=False)
+    a.text("master", master, optional=False)
+    a.seconds("seconds", seconds)
+    a.seconds("interval", interval)
+    a.text("limit", limit, optional=True)
+    facts = watch_inventory_nodes(inventory, master, seconds, interval, limit=limit)
+    return JobResult(facts, judge(Job(JobFacts([], facts.collectives), None, facts)), None)
+
+
 UNTIL_SAMPLES = 3       # watch --until: a problem must stand this many samples in a row (one odd sample is noise)
 NODE_CHECK_WAIT_S = 90  # watch --until: how long a standing problem waits for its node's own check (minutes, if
                         # ever, means the check hangs there; the answer is then "not known", and says why)

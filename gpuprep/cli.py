@@ -346,6 +346,12 @@ def diagnose(traces, node_sources, live_node, compare, fmt, as_json, output, ver
                                             "the health check's reason format.")
 @click.option("--job-node", "job_node", metavar="JOBID", hidden=True,
               help="The watcher on one node of a job (what --job starts through srun): JSON lines on stdout.")
+@click.option("-i", "--inventory", help="Watch a job across the hosts of this Ansible inventory (no Slurm): one "
+              "watcher a host, for --duration, merged here. With --master.")
+@click.option("--master", metavar="ADDR:PORT", help="With -i: the job's ranks are the processes whose MASTER_ADDR and "
+              "MASTER_PORT are these (as torchrun's --master-addr/--master-port, or the rendezvous, set them).")
+@click.option("--node-of", "node_of", metavar="ADDR:PORT", hidden=True,
+              help="The watcher on one host of a job (what -i starts through Ansible): JSON lines on stdout.")
 @click.option("--duration", metavar="DURATION", help="Sample this long (30s, 5m); default: until the job ends or "
                                                      "Ctrl-C.")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between samples.")
@@ -353,8 +359,8 @@ def diagnose(traces, node_sources, live_node, compare, fmt, as_json, output, ver
 @click.option("--node", "live_node", is_flag=True, help="Join this host's facts (gpuprep check's probe).")
 @_format_options
 @click.option("-v", "--verbose", is_flag=True, help="Show the per-rank summary lines too.")
-def watch(command, pid, job_id, until, drain, job_node, duration, interval, node_sources, live_node, fmt, as_json, output,
-          verbose):
+def watch(command, pid, job_id, until, drain, job_node, inventory, master, node_of, duration, interval, node_sources,
+          live_node, fmt, as_json, output, verbose):
     """Why a running training job under-uses its GPUs, without touching its code: samples its ranks (NVML, /proc,
     py-spy stacks of the main threads) and names the bottleneck with the same job.* ids as diagnose. `watch --pid
     PID`, or `watch -- torchrun ... train.py` to start the job (its exit code is passed through). Needs py-spy for
@@ -370,12 +376,18 @@ def watch(command, pid, job_id, until, drain, job_node, duration, interval, node
     from .burnin import parse_duration
     seconds = parse_duration(duration, shortest=1) if duration else None
     if job_node:
-        from .job.slurmjob import node_watch
-        return node_watch(job_node, interval, seconds, api.node_problems)
+        from .job.nodewatch import JobProcesses, node_watch
+        return node_watch(JobProcesses.of_slurm_job(job_node, os.environ.get("SLURM_STEP_ID")), interval, seconds,
+                          api.node_problems)
+    if node_of:
+        from .job.nodewatch import JobProcesses, node_watch
+        return node_watch(JobProcesses.of_rendezvous(node_of), interval, seconds, api.node_problems)
     if (drain or until) and not job_id:
         raise BadInput(f"--{'drain' if drain else 'until'} is for a job watched with --job: give --job JOBID")
     if job_id:
         return _watch_job(job_id, seconds, interval, until, drain, fmt, output, verbose)
+    if inventory or master:
+        return _watch_inventory(inventory, master, seconds, interval, fmt, output, verbose)
     node = api.snapshot(list(node_sources)) if node_sources else api.snapshot(docker=False) if live_node else None
     live = _live_line if sys.stderr.isatty() and fmt == "text" and not output else None
     # a machine-read document on stdout keeps it to itself: the job's own output goes to stderr then
@@ -422,6 +434,18 @@ def _watch_job(job_id, seconds, interval, until, drain, fmt, output, verbose) ->
     document = result.document()
     _emit(document, fmt, output, verbose)
     return 128 + result.facts.signal if result.facts.signal else _verdict_exit(document)
+
+
+def _watch_inventory(inventory, master, seconds, interval, fmt, output, verbose) -> int:
+    from . import api
+    from .errors import BadInput
+    if not (inventory and master):
+        raise BadInput("watch -i INVENTORY --master ADDR:PORT: give both (the hosts, and where the job's ranks meet)")
+    if seconds is None:
+        raise BadInput("watch -i: give --duration (each host's watcher samples that long, then reports)")
+    document = api.watch_inventory_job(inventory, master, seconds=seconds, interval=interval).document()
+    _emit(document, fmt, output, verbose)
+    return _verdict_exit(document)
 
 
 def _job_line(facts, findings) -> None:

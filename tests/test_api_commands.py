@@ -18,7 +18,7 @@ TRACE = next((REPO / "tests" / "traces" / "kineto-resnet50").rglob("*.json*"))
 
 # command -> the api function it calls
 COMMANDS = {"snapshot": (api.snapshot, api.gather_fleet, api.save_fleet), "check": (api.check, api.check_fleet),
-            "diagnose": (api.diagnose, api.compare), "watch": (api.watch, api.watch_slurm_job, api.node_problems), "fleet": (api.fleet_report,), "compat": (api.compat,), "plan": (api.plan,),
+            "diagnose": (api.diagnose, api.compare), "watch": (api.watch, api.watch_slurm_job, api.watch_inventory_job, api.node_problems), "fleet": (api.fleet_report,), "compat": (api.compat,), "plan": (api.plan,),
             "launch": (api.launch,), "nccl-env": (api.nccl_env,), "apply": (api.apply,), "revert": (api.revert,),
             "burnin": (api.burnin, api.ready_store, api.store_burnin, api.compare_with_fleet), "slurm": (api.slurm_hook,), "npd": (api.npd,), "nagios": (api.nagios,),
             "zipapp": (api.zipapp,)}

@@ -223,6 +223,16 @@ CASES = [
     ("unknown-command", lambda f: ["chekc"], 2, r"No such command"),
     ("unknown-option", lambda f: ["check", "--frm", "x"], 2, r"No such option"),
     ("missing-option-value", lambda f: ["check", "--from"], 2, r"requires an argument"),
+    # watch -i: the rendezvous the job's ranks meet at is an address and a port, and the watch a bounded one
+    ("watch-inventory-no-master", lambda f: ["watch", "-i", "localhost,", "--duration", "5"], 2, r"give both"),
+    ("watch-inventory-no-duration", lambda f: ["watch", "-i", "localhost,", "--master", "127.0.0.1:29500"], 2,
+     r"give --duration"),
+    ("watch-master-not-addr-port", lambda f: ["watch", "-i", "localhost,", "--master", "127.0.0.1", "--duration", "5"],
+     2, r"MASTER_ADDR:MASTER_PORT"),
+    ("watch-master-injected", lambda f: ["watch", "-i", "localhost,", "--master", "x;touch /tmp/gpuprep-pwned:1",
+                                         "--duration", "5"], 2, r"MASTER_ADDR:MASTER_PORT"),
+    ("watch-node-of-port-out-of-range", lambda f: ["watch", "--node-of", "10.0.0.1:70000", "--duration", "1"], 2,
+     r"MASTER_ADDR:MASTER_PORT"),
 ]
 
 

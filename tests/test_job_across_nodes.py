@@ -163,3 +163,39 @@ def test_a_job_that_is_not_running_is_refused_in_one_line(cluster):
     _wait(lambda: job_state(job_id) not in ("PENDING", "RUNNING", "COMPLETING"), "the job to end")
     done = sh(NODES[0], f"{sys.executable} -m gpuprep watch --job {job_id}", check=False)
     assert done.returncode == 2 and "not running" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_job_started_without_slurm_is_watched_through_the_inventory_and_its_hung_rank_named(cluster, tmp_path):
+    """The -i path, for clusters without Slurm: the same gloo job started on each node by hand (RANK, WORLD_SIZE,
+    MASTER_ADDR:MASTER_PORT in its environment, no Slurm step), rank 1 stopping before the loss all_reduce.
+    `watch -i` runs one watcher a node through Ansible (the docker connection), each finds the ranks that meet at
+    MASTER_ADDR:MASTER_PORT, and the merged watch names rank 1, its node and GPU as the hung rank."""
+    port = free_port()
+    env = (f"WORLD_SIZE={len(NODES)} MASTER_ADDR=127.0.2.1 MASTER_PORT={port} FAULT=stop FAULT_RANK=1 FAULT_STEP=8 "
+           "FAULT_LOG=/tmp/fault.log STEPS=0 GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1")
+    inventory = tmp_path / "inventory.yml"
+    hosts = {node: {"ansible_connection": "docker", "ansible_python_interpreter": sys.executable,
+                    "watch_gpuprep": os.path.join(os.path.dirname(sys.executable), "gpuprep"),
+                    "gpuprep_watch_become": False,
+                    "watch_environment": {"LD_LIBRARY_PATH": cluster["lib"], "GPUPREP_FAKE_NVML": CONFIG}}
+             for node in NODES}
+    inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+    try:
+        for rank, node in enumerate(NODES):
+            sh(node, "rm -f /tmp/fault.log")
+            subprocess.run(["docker", "exec", "-d", node, "sh", "-c",
+                            f"RANK={rank} {env} exec {sys.executable} {JOB} > /tmp/rank.log 2>&1"], check=True,
+                           timeout=60)
+        _wait(lambda: sh(NODES[1], "test -s /tmp/fault.log", check=False).returncode == 0, "rank 1 to stop")
+        done = subprocess.run([sys.executable, "-m", "gpuprep", "watch", "-i", str(inventory), "--master",
+                               f"127.0.2.1:{port}", "--duration", "12s", "--json"], capture_output=True, text=True,
+                              timeout=300, cwd=str(tmp_path))
+    finally:
+        for node in NODES:
+            sh(node, f"pkill -KILL -f {JOB} ; true", check=False)
+    assert done.returncode == 1, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert sorted((r["rank"], r["host"]) for r in report["ranks"]) == [(0, "gpjob1"), (1, "gpjob2"), (2, "gpjob3")]
+    right, _ = judged_right({"expect": "job.hung-rank", "rank": "1", "fault_at": "code"}, report)
+    said = [f"{f['severity']} {f['id']} {f['subject']}: {f['title']}" for f in report["findings"]]
+    assert right, "\n".join(said)

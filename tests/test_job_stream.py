@@ -34,7 +34,7 @@ def _rank(pid=100, rank=0, **series):
 def test_the_node_watcher_finds_the_jobs_ranks_by_their_slurm_environment_and_writes_lines():
     """Two processes of job 4242's step 0 (srun's SLURM_PROCID, no RANK), one of another job, one of the
     watcher's own step: only the first two are ranks, numbered by SLURM_PROCID."""
-    from gpuprep.job.slurmjob import node_watch
+    from gpuprep.job.nodewatch import JobProcesses, node_watch
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     env = dict(os.environ, SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURMD_NODENAME="gpnode7")
     procs = [subprocess.Popen(sleeper, env=dict(env, SLURM_PROCID=str(r), SLURM_LOCALID=str(r))) for r in (0, 1)]
@@ -44,7 +44,8 @@ def test_the_node_watcher_finds_the_jobs_ranks_by_their_slurm_environment_and_wr
     before = dict(os.environ)
     os.environ.update(SLURM_STEP_ID="1", SLURMD_NODENAME="gpnode7")
     try:
-        node_watch("4242", 0.5, 3, lambda: {"judged": False, "problems": [], "not_judged": ["no GPU here"]}, out)
+        node_watch(JobProcesses.of_slurm_job("4242", "1"), 0.5, 3,
+                   lambda: {"judged": False, "problems": [], "not_judged": ["no GPU here"]}, out)
     finally:
         os.environ.clear()
         os.environ.update(before)
@@ -406,7 +407,7 @@ def test_each_node_relays_its_nccl_ras_report_and_the_merger_names_the_dead_rank
     """A node's watcher asks the NCCL RAS service beside it (a strict stand-in answering with the NCCL docs' DEAD
     report) and sends the report on once; the merger reads it as a saved one is read, and the job rules name the
     dead process with its node. A node's text that is no RAS report is dropped with one note."""
-    from gpuprep.job.slurmjob import node_watch
+    from gpuprep.job.nodewatch import JobProcesses, node_watch
     from ras_standin import RasStandIn
     report = (REPO / "tests" / "data" / "ras" / "text_docs_dead.txt").read_text()
     server = RasStandIn("2.25.1", report, None)
@@ -414,7 +415,8 @@ def test_each_node_relays_its_nccl_ras_report_and_the_merger_names_the_dead_rank
     before = dict(os.environ)
     os.environ.update(SLURM_STEP_ID="1", SLURMD_NODENAME="gpnode7", NCCL_RAS_ADDR=server.addr)
     try:
-        node_watch("4242", 0.5, 2, lambda: {"judged": False, "problems": [], "not_judged": []}, out)
+        node_watch(JobProcesses.of_slurm_job("4242", "1"), 0.5, 2,
+                   lambda: {"judged": False, "problems": [], "not_judged": []}, out)
     finally:
         os.environ.clear()
         os.environ.update(before)
@@ -429,3 +431,28 @@ def test_each_node_relays_its_nccl_ras_report_and_the_merger_names_the_dead_rank
     assert {"process 3487984", "rank 21"} <= dead, dead
     merged.feed(_line(ras="a node's words \x1b[2J, no report"))
     assert any("a RAS report dropped" in n for n in merged.notes) and merged.ras is facts.ras
+
+
+def test_lines_replayed_after_the_watch_are_timed_by_the_node_that_wrote_them():
+    """watch -i gets each host's lines whole, at the end: a host whose watcher went quiet 30 s before the others'
+    last line (and never wrote its end) stopped answering, and its ranks are on a lost node; the hosts are named
+    by their inventory names, so two nodes that call themselves alike (containers, images) stay two; a host whose
+    watcher ended by itself is not lost."""
+    def line(t, pid, rank, **extra):
+        return json.dumps({"v": 1, "host": "localhost", "t": t, "ranks": [_rank(pid, rank, cpu_seconds=[1.0])],
+                           **extra})
+    merged = Merged(replay=True)
+    for t in range(0, 40):
+        merged.feed(line(1795000000.0 + t, 100, 0), "node-a", host="node-a")
+    for t in range(0, 10):
+        merged.feed(line(1795000000.0 + t, 100, 1), "node-b", host="node-b")
+    for t in range(0, 10):
+        merged.feed(line(1795000000.0 + t, 100, 2, **({"end": "done"} if t == 9 else {})), "node-c", host="node-c")
+    facts = merged.facts(40, 10)
+    assert [(r.rank, r.host, r.node_lost) for r in facts.ranks] == [(0, "node-a", False), (1, "node-b", True),
+                                                                    (2, "node-c", False)]
+    assert facts.lost_nodes == ["node-b"]
+    live = Merged(clock=lambda: 1.0)         # lines as they come: the merger's clock, every node heard just now
+    for host in ("node-a", "node-b"):
+        live.feed(line(1795000000.0, 100, 0), host, host=host)
+    assert live.facts(40, 10).lost_nodes == []

@@ -35,6 +35,7 @@ class HostState:
     final: bool = False            # counts replaced by playbook_on_stats
     interrupted_at: Optional[str] = None   # the task it was in when the run was cancelled
     probe_output: Optional[str] = None   # the stdout of a task that printed a gpuprep snapshot (check.yml's probe)
+    watch_output: Optional[str] = None   # the stdout of a job's watcher on this node (watch.yml): its JSON lines
 
     @property
     def succeeded(self) -> bool:
@@ -142,6 +143,8 @@ def _ok(state: RunState, data: dict, event: dict, now: float) -> None:
     stdout = str(result.get("stdout") or "")
     if SNAPSHOT_MARK in stdout[:SNAPSHOT_MARK_WITHIN]:     # the probe's return: this host's snapshot document
         host.probe_output = stdout
+    elif stdout.startswith(WATCH_MARK):
+        host.watch_output = stdout
     if (data.get("task_action") or "").endswith("gpuprep_converged"):
         _converged(host, data.get("role") or "?", result)
     host.diffs.extend(_diffs(data.get("task") or "?", result))
@@ -217,6 +220,7 @@ def _error(state: RunState, data: dict, event: dict, now: float) -> None:
 
 
 SNAPSHOT_MARK = '"schema": "gpuprep.snapshot/'     # how a gpuprep snapshot document starts (Snapshot.to_json)
+WATCH_MARK = '{"v":1,"host":'        # how a job watcher's line starts (job/stream.py, Emitter.line)
 SNAPSHOT_MARK_WITHIN = 4096                         # characters: a line the interpreter printed first is allowed
 
 # event -> (handler, needs a host): what each ansible-runner event does to the state; others change nothing

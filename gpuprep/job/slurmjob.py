@@ -1,8 +1,7 @@
 """`gpuprep watch --job JOBID`: the job across its nodes, with Slurm as the engine. One watcher a node is started
 as a step of the job itself (`srun --overlap --jobid JOBID --ntasks-per-node=1`, as an admin attaches to a running
-job): each finds the job's ranks on its node (the processes of the job's other steps), samples them as
-`watch --pid` does, runs the node's own check once, reads the flight recorder dumps the ranks wrote, and writes
-JSON lines (job/stream.py). This side merges the lines and hands back WatchFacts. I/O only: the verdict is the
+job): each finds the job's ranks on its node (the processes of the job's other steps) and writes JSON lines
+(job/nodewatch.py). This side merges the lines and hands back WatchFacts. I/O only: the verdict is the
 job rules'."""
 from __future__ import annotations
 
@@ -15,11 +14,11 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, List, Optional
 
 from ..errors import BadInput, GpuprepError
 from .facts import WatchFacts
-from .stream import Emitter, Merged
+from .stream import Merged
 
 JOB_ID = re.compile(r"[0-9]{1,10}")
 STOP_GRACE_SECONDS = 10
@@ -208,149 +207,3 @@ def _stop(watchers: subprocess.Popen) -> None:
             watchers.wait()
         except ProcessLookupError:
             pass
-
-
-# -- the node side ---------------------------------------------------------------------------------------------
-
-class JobProcesses:
-    """The processes on this node of Slurm job `job_id`'s other steps (their SLURM_JOB_ID and SLURM_STEP_ID), and
-    each one's environment (read once: a process's initial environment does not change)."""
-
-    def __init__(self, job_id: str, own_step: Optional[str]):
-        self.job_id, self.own_step = job_id, own_step
-        self.known: Dict[tuple, Optional[dict]] = {}
-
-    def __call__(self) -> list:
-        import psutil
-        out, alive = [], set()
-        for proc in psutil.process_iter(["pid", "create_time"]):
-            key = (proc.info["pid"], proc.info["create_time"])
-            alive.add(key)
-            if key not in self.known:
-                self.known[key] = self._of_job(proc)
-            if self.known[key] is not None:
-                out.append(proc)
-        self.known = {k: v for k, v in self.known.items() if k in alive}
-        return out
-
-    def _of_job(self, proc) -> Optional[dict]:
-        import psutil
-        if proc.pid == os.getpid():
-            return None
-        try:
-            env = proc.environ()
-        except (psutil.Error, OSError):
-            return None
-        if env.get("SLURM_JOB_ID") != self.job_id or "SLURM_STEP_ID" not in env:
-            return None          # another job's, or the batch script itself (no step of its own)
-        return None if env.get("SLURM_STEP_ID") == self.own_step else env
-
-    def dump_paths(self, ranks) -> Dict[int, str]:
-        """Each rank's flight recorder dump file, where the job set TORCH_FR_DUMP_TEMP_FILE (or the NCCL name of
-        it): the prefix and the rank, as PyTorch names them."""
-        out = {}
-        envs = {k[0]: v for k, v in self.known.items() if v}
-        for rank in ranks:
-            env = envs.get(rank.pid) or {}
-            prefix = env.get("TORCH_FR_DUMP_TEMP_FILE") or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
-            if prefix and rank.rank is not None:
-                out[rank.rank] = f"{prefix}{rank.rank}"
-        return out
-
-
-def node_watch(job_id: str, interval: float, seconds: Optional[float], node_check: Callable[[], dict],
-               out=None) -> int:
-    """The watcher on one node: JSON lines on `out` until the job's ranks here have all ended, the merger is
-    gone, `seconds` pass, or SIGTERM. `node_check()` judges this node once (in a thread: the samples start at
-    once), for the verdict node or code."""
-    from ..slurm import node_name
-    from .watch import Watcher
-    if not JOB_ID.fullmatch(job_id or ""):
-        raise BadInput(f"--job-node {str(job_id)[:40]!r}: a Slurm job id is a number")
-    out = out or sys.stdout
-    processes = JobProcesses(job_id, os.environ.get("SLURM_STEP_ID"))
-    emitter = Emitter(node_name(), out)
-    checked: Dict[str, dict] = {}
-    threading.Thread(target=lambda: checked.setdefault("node", node_check()), daemon=True).start()
-    dumps = _DumpReader(processes)
-    ras = _RasRelay(os.environ.get("NCCL_RAS_ADDR") or None)
-    watcher = Watcher(None, interval, family=processes)
-
-    def sample(w) -> None:
-        extra = {"dumps": dumps.new(w.ranks)}
-        report = ras.new()
-        if report is not None:
-            extra["ras"] = report
-        if "node" in checked and "sent" not in checked:
-            extra["node"], checked["sent"] = checked["node"], {}
-        emitter.sample(w, extra)
-    for signum in (signal.SIGTERM, signal.SIGUSR1):       # srun passes SIGUSR1 on when the merger is done
-        signal.signal(signum, _told_to_stop)
-    why = "the job's ranks on this node ended"
-    try:
-        watcher.run(seconds, lambda: emitter.closed, sample)
-        if not (watcher.ranks and all(r.ended for r in watcher.ranks)):
-            why = "the watch's time is up" if not emitter.closed else "the merger is gone"
-    except KeyboardInterrupt:
-        why = "told to stop"
-    emitter.sample(watcher, {"end": why})
-    return 0
-
-
-class _RasRelay:
-    """NCCL's RAS service on this node (NCCL_RAS_ADDR, else localhost:28028), asked every RAS_EVERY seconds in a
-    thread of its own: its report, as the service words it, sent on once each time it changes. Nothing answers
-    where the job does not use NCCL (2.24+): then nothing is sent."""
-    RAS_EVERY = 10.0
-
-    def __init__(self, addr: Optional[str]):
-        from .ras import DEFAULT_ADDR
-        self.addr, self.latest, self.sent = addr or DEFAULT_ADDR, None, None
-        threading.Thread(target=self._ask, daemon=True).start()
-
-    def _ask(self) -> None:
-        from .ras import query_text
-        from .stream import MAX_RAS
-        while True:
-            try:
-                text = query_text(self.addr, timeout=3)
-                self.latest = text if len(text) <= MAX_RAS else None
-            except (OSError, ValueError):
-                pass
-            time.sleep(self.RAS_EVERY)
-
-    def new(self) -> Optional[str]:
-        latest = self.latest
-        if latest is None or latest == self.sent:
-            return None
-        self.sent = latest
-        return latest
-
-
-def _told_to_stop(signum, frame):
-    raise KeyboardInterrupt
-
-
-class _DumpReader:
-    """The flight recorder dumps the ranks wrote, each sent once (JSON only: a pickled one is refused)."""
-
-    def __init__(self, processes: JobProcesses):
-        self.processes = processes
-        self.sent: Dict[str, float] = {}
-
-    def new(self, ranks) -> list:
-        from .flight import read_dump
-        out = []
-        for rank, path in self.processes.dump_paths(ranks).items():
-            try:
-                mtime = os.stat(path).st_mtime
-            except OSError:
-                continue
-            if self.sent.get(path) == mtime:
-                continue
-            self.sent[path] = mtime
-            try:
-                out.append(read_dump(path).to_dict())
-            except (BadInput, OSError):
-                continue
-        return out

@@ -186,10 +186,12 @@ def _node_facts(value) -> bool:
 
 class Merged:
     """Every node's lines, merged: the ranks by (node, pid), the time each node was last heard from, and what each
-    node's own check said. Time is the merger's own clock (the nodes' may differ), except `ended_at`."""
+    node's own check said. Time is the merger's own clock as the lines arrive (the nodes' may differ), except
+    `ended_at`; lines replayed after the watch (`replay`: each node's lines came back whole, at its end) are timed
+    by the node's own clock, the time it wrote each one."""
 
-    def __init__(self, clock=time.monotonic):
-        self.clock = clock
+    def __init__(self, clock=time.monotonic, replay: bool = False):
+        self.clock, self.replay = clock, replay
         self.ranks: Dict[Tuple[str, int], RankProcess] = {}
         self.heard: Dict[str, float] = {}
         self.ended: Dict[str, str] = {}              # node -> why its watcher ended
@@ -203,7 +205,9 @@ class Merged:
         if line not in self.notes and len(self.notes) < 200:
             self.notes.append(line)
 
-    def feed(self, text: str, label: str = "a node") -> None:
+    def feed(self, text: str, label: str = "a node", host: Optional[str] = None) -> None:
+        """One node's line. `host`: the name the line is known to come from (its inventory name), which then
+        stands for the one the node wrote: two nodes that call themselves alike stay two."""
         try:
             document = parse_line(text)
         except BadLine as exc:
@@ -211,8 +215,8 @@ class Merged:
             self.note(f"{text_safe(label)[:70]}: a watcher's line dropped: {exc} is not what a watcher writes")
             return
         _escaped(document)
-        host = document["host"]
-        self.heard[host] = self.clock()
+        host = document["host"] = host or document["host"]
+        self.heard[host] = document["t"] if self.replay else self.clock()
         for item in document["ranks"]:
             self._rank(host, item)
             self.samples = max(self.samples, self.ranks[(host, item["pid"])].seen)
@@ -264,8 +268,9 @@ class Merged:
         self.ras = report
 
     def silent(self, stale: float) -> List[str]:
-        """The nodes not heard from for `stale` seconds whose watcher did not say it ended."""
-        now = self.clock()
+        """The nodes not heard from for `stale` seconds whose watcher did not say it ended (replayed: for `stale`
+        seconds before the last line any node wrote)."""
+        now = max(self.heard.values(), default=0.0) if self.replay else self.clock()
         return sorted(h for h, at in self.heard.items() if now - at > stale and h not in self.ended)
 
     def facts(self, seconds: float, stale: float, job_ended: bool = False, job_id: Optional[str] = None) -> WatchFacts:

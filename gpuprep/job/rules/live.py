@@ -354,7 +354,9 @@ def _collectives(ranks: List[WatchRank]) -> Dict[str, List[WatchRank]]:
     out: Dict[str, List[WatchRank]] = {}
     for r in ranks:
         collective, site = r.sites[-1] if r.sites else (None, None)
-        out.setdefault(f"{collective} at {site}" if site else str(collective), []).append(r)
+        # a collective no Python frame names (DDP's all-reduce inside backward runs in C++) is told by its line
+        words = " at ".join(part for part in (collective, site) if part) or "a collective not named"
+        out.setdefault(words, []).append(r)
     return out
 
 
