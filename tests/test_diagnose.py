@@ -153,6 +153,17 @@ def test_a_real_two_rank_ddp_job_names_its_slow_rank(tmp_path):
     result = api.diagnose([str(run_job("ddp", tmp_path / "ddp", SLOW_RANK="1"))])
     assert [r.rank for r in result.facts.ranks] == [0, 1]
     assert [(f.id, f.subject) for f in result.findings if f.severity == "warn"] == [("job.straggler", "rank 1")]
+    (pattern,) = [f for f in result.findings if f.id == "job.slow-pattern"]
+    assert pattern.evidence["pattern"] == "one-rank" and pattern.evidence["hosts"] == [None]     # rank0.*: no host
+    # the same files under PyTorch's default worker name (HOSTNAME_PID): each rank's file names its host
+    named = tmp_path / "named"
+    named.mkdir()
+    for i, path in enumerate(sorted((tmp_path / "ddp").iterdir())):
+        shutil.copy(path, named / f"gpu-node-{i + 1}_{4000 + i}.1795000000000.pt.trace.json")
+    renamed = api.diagnose([str(named)])
+    assert sorted((r.rank, r.host) for r in renamed.facts.ranks) == [(0, "gpu-node-1"), (1, "gpu-node-2")]
+    (pattern,) = [f for f in renamed.findings if f.id == "job.slow-pattern"]
+    assert pattern.evidence == {"pattern": "one-rank", "ranks": [1], "hosts": ["gpu-node-2"]}, pattern
 
 
 # -- broken and hostile traces ---------------------------------------------------------------------------------
@@ -268,3 +279,39 @@ def test_a_huge_trace_is_read_in_bounded_memory(tmp_path):
     assert rank.steps == large_rank.steps == 99 and rank.complete and large_rank.complete
     assert large_peak < small_peak * 1.25 + (1 << 20), f"peak {small_peak >> 20} then {large_peak >> 20} MiB"
     assert large_peak < large.stat().st_size / 4, f"peak {large_peak >> 20} MiB"
+
+
+# -- where the slow ranks are: one rank, one node, several (the rule on typed facts: step and work times only) ----
+
+def _ranks(work_ms, hosts):
+    from gpuprep.job.facts import RankFacts
+    return [RankFacts(rank=i, source=f"r{i}", host=host, world_size=len(work_ms), step_ms=w, work_ms=w)
+            for i, (w, host) in enumerate(zip(work_ms, hosts))]
+
+
+@pytest.mark.parametrize("work, hosts, pattern, slow", [
+    # 8 ranks on 2 nodes; node b's four ranks all slow: that node is the suspect
+    ([100] * 4 + [180] * 4, ["a"] * 4 + ["b"] * 4, "one-node", [4, 5, 6, 7]),
+    # two slow ranks of node b, its other two not: still only node b's ranks
+    ([100] * 4 + [180, 180, 100, 100], ["a"] * 4 + ["b"] * 4, "one-node", [4, 5]),
+    # one slow rank on each node: no one node's fault
+    ([100, 180, 100, 100, 100, 180, 100, 100], ["a"] * 4 + ["b"] * 4, "spread", [1, 5]),
+    # the same with the hosts unknown: which it is, is not said
+    ([100] * 4 + [180] * 4, [None] * 8, "not-known", [4, 5, 6, 7]),
+], ids=["one-node-whole", "one-node-part", "spread", "hosts-unknown"])
+def test_slow_ranks_are_placed_on_one_node_or_several_only_where_the_hosts_are_known(work, hosts, pattern, slow):
+    from gpuprep.job.facts import JobFacts
+    from gpuprep.job.judge import Job, judge
+    found = judge(Job(JobFacts(_ranks(work, hosts))))
+    assert sorted(int(f.subject.split()[-1]) for f in found if f.id == "job.straggler") == slow
+    (where,) = [f for f in found if f.id == "job.slow-pattern"]
+    assert where.evidence["pattern"] == pattern and where.evidence["ranks"] == slow, where
+    if pattern == "one-node":
+        assert "gpuprep check on b" in where.remedy
+
+
+def test_ranks_alike_have_no_slow_pattern():
+    from gpuprep.job.facts import JobFacts
+    from gpuprep.job.judge import Job, judge
+    found = judge(Job(JobFacts(_ranks([100, 104, 98, 101], ["a", "a", "b", "b"]))))
+    assert not [f for f in found if f.id in ("job.straggler", "job.slow-pattern")]

@@ -13,6 +13,7 @@ from ..parsers.values import compress_cpulist
 class RankFacts:
     rank: Optional[int]
     source: str                              # the trace file
+    host: Optional[str] = None               # the host it was recorded on, where the file's name says (reader.host_of)
     complete: bool = True                    # False: the file was cut short and read up to `bytes_read`
     bytes_read: int = 0
     vendor: Optional[str] = None             # nvidia | amd | None (no device named)

@@ -15,7 +15,7 @@ from array import array
 from typing import Dict, List, Optional, Tuple
 
 from .facts import RankFacts
-from .reader import TraceFile
+from .reader import TraceFile, host_of
 
 # HTA (hta/utils/utils.py): kernel types by name
 _COMM = re.compile(r"^nccl.*Kernel")
@@ -463,7 +463,8 @@ def rank_facts(trace: TraceFile, ev: RankEvents) -> RankFacts:
     dist = trace.meta.get("distributedInfo") if isinstance(trace.meta.get("distributedInfo"), dict) else {}
     rank = dist.get("rank") if isinstance(dist.get("rank"), int) and not isinstance(dist.get("rank"), bool) else None
     world = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
-    facts = RankFacts(rank=rank, source=trace.path, complete=trace.complete, bytes_read=trace.bytes_read,
+    facts = RankFacts(rank=rank, source=trace.path, host=host_of(trace.path), complete=trace.complete,
+                      bytes_read=trace.bytes_read,
                       world_size=world, backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
                       **_device(trace.meta))
     gpu = _Gpu(ev)

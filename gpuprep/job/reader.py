@@ -14,7 +14,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import BadInput
 
@@ -40,6 +40,17 @@ class TraceFile:
     events: int = 0
     bytes_read: int = 0
     complete: bool = True
+
+
+# PyTorch's tensorboard_trace_handler names a rank's file WORKER.TIME.pt.trace.json[.gz], its worker name by default
+# HOSTNAME_PID (a host name has no underscore); a worker name of the job's own (rank0, worker0) names no host
+_DEFAULT_NAME = re.compile(r"([A-Za-z0-9][A-Za-z0-9.-]{0,252})_[0-9]{1,10}\.[0-9]{10,20}\.pt\.trace\.json(?:\.gz)?")
+
+
+def host_of(path: str) -> Optional[str]:
+    """The host a trace was recorded on, from PyTorch's default file name; None where the name does not say."""
+    match = _DEFAULT_NAME.fullmatch(os.path.basename(path))
+    return match.group(1) if match else None
 
 
 def trace_files(paths: List[str]) -> List[str]:

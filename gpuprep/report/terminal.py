@@ -413,10 +413,13 @@ def render_diagnose(document: dict, colour: bool, verbose: bool = False, drift_g
     for f in document["findings"]:            # largest gain first: a rank's first cause is its biggest
         if f["severity"] in ("warn", "fail"):
             causes.setdefault(f["subject"], f["id"])
-    out.line(f"  {'rank':<6} {'gpu':<22} {'steps':>5} {'step ms':>9} {'idle%':>6} {'comp%':>6} {'host-wait%':>10} "
-             f"{'loader%':>7} {'TC%':>5} {'comm ms':>7}  cause")
+    hosts = any(r.get("host") for r in document["ranks"])       # a host column where a trace's name said one
+    out.line(f"  {'rank':<6} " + (f"{'host':<16} " if hosts else "") + f"{'gpu':<22} {'steps':>5} {'step ms':>9} "
+             f"{'idle%':>6} {'comp%':>6} {'host-wait%':>10} {'loader%':>7} {'TC%':>5} {'comm ms':>7}  cause")
     for r in document["ranks"]:
         who = "-" if r["rank"] is None else str(r["rank"])
+        if hosts:
+            who = f"{who:<6} {(r.get('host') or '-')[:16]:<16}"
         subject = f"rank {r['rank']}" if r["rank"] is not None else r["source"].rsplit("/", 1)[-1]
         gpu = r["gpu_name"] or ("no GPU" if not r.get("gpu_kernels") else f"{r.get('vendor') or 'a'} GPU")
         out.line(f"  {who:<6} {gpu[:22]:<22} {r['steps']:>5} {_num(r['step_ms']):>9} "

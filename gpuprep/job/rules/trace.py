@@ -1,6 +1,7 @@
 """The job rules that read profiler traces (gpuprep diagnose): one rank's timeline each, per step. Pure."""
 from __future__ import annotations
 
+import shlex
 import statistics
 from typing import List, Optional
 
@@ -207,7 +208,7 @@ def _one_job(ranks: List[RankFacts]) -> bool:
     return len(set(numbers)) == len(numbers) and len({r.world_size for r in ranks}) == 1
 
 
-@job_rule("job.straggler", "job.mixed-jobs")
+@job_rule("job.straggler", "job.mixed-jobs", "job.slow-pattern")
 def straggler(job: Job) -> List[Finding]:
     ranked = [r for r in job.facts.ranks if r.rank is not None and _compute_ms(r) is not None]
     if len(ranked) < 2:
@@ -229,7 +230,37 @@ def straggler(job: Job) -> List[Finding]:
                                 "per_rank_work_ms": {str(k): round(v, 2) for k, v in sorted(work.items())}},
                                REMEDY["straggler"],
                                source("straggler_pct")))
-    return out
+    slow = [int(f.subject.split()[-1]) for f in out]
+    return out + ([_where_slow(ranked, slow)] if slow else [])
+
+
+def _where_slow(ranked: List[RankFacts], slow: List[int]) -> Finding:
+    """Whether one rank, one node's ranks, or ranks on several nodes are slow: the node is the suspect only where
+    the slow ranks are all of one host's (the host from each trace file's name, where it says)."""
+    host = {r.rank: r.host for r in ranked}
+    words = ", ".join(str(r) for r in slow)
+    if len(slow) == 1:
+        on = f" on {host[slow[0]]}" if host[slow[0]] else ""
+        return Finding("job.slow-pattern", "info", "job", f"One rank is slow: rank {slow[0]}{on}; the other "
+                       f"{len(ranked) - 1} are alike", {"pattern": "one-rank", "ranks": slow, "hosts": [host[slow[0]]]})
+    if any(h is None for h in host.values()):
+        return Finding("job.slow-pattern", "info", "job", f"{len(slow)} of {len(ranked)} ranks are slow (ranks "
+                       f"{words}); whether they share a node is not known: the trace files' names do not say which "
+                       "host recorded each", {"pattern": "not-known", "ranks": slow},
+                       "Keep PyTorch's default worker name (HOSTNAME_PID) in tensorboard_trace_handler, so each "
+                       "rank's file names its host")
+    hosts = sorted({host[r] for r in slow})
+    if len(hosts) == 1:
+        others = sorted(r.rank for r in ranked if r.host == hosts[0] and r.rank not in slow)
+        return Finding("job.slow-pattern", "info", "job", f"The slow ranks are one node's: {hosts[0]} (ranks {words})"
+                       + (f"; its ranks {', '.join(map(str, others))} are not slow" if others else ""),
+                       {"pattern": "one-node", "ranks": slow, "hosts": hosts},
+                       f"Check that node: gpuprep check on {shlex.quote(hosts[0])} (its GPUs' clocks and throttling, "
+                       "PCIe links, NUMA placement), or run the job without it")
+    return Finding("job.slow-pattern", "info", "job", f"{len(slow)} slow ranks on {len(hosts)} hosts (ranks {words}): "
+                   "no one node's fault", {"pattern": "spread", "ranks": slow, "hosts": hosts},
+                   "Look at what those ranks do more than the others: larger or uneven shards, a code path only some "
+                   "ranks take; then the nodes one by one")
 
 
 @job_rule("job.memory-full")
