@@ -375,13 +375,8 @@ def watch(command, pid, job_id, until, drain, job_node, inventory, master, node_
         raise BadInput("give --from captures of the node or --node for this host, not both")
     from .burnin import parse_duration
     seconds = parse_duration(duration, shortest=1) if duration else None
-    if job_node:
-        from .job.nodewatch import JobProcesses, node_watch
-        return node_watch(JobProcesses.of_slurm_job(job_node, os.environ.get("SLURM_STEP_ID")), interval, seconds,
-                          api.node_problems)
-    if node_of:
-        from .job.nodewatch import JobProcesses, node_watch
-        return node_watch(JobProcesses.of_rendezvous(node_of), interval, seconds, api.node_problems)
+    if job_node or node_of:
+        return _node_watcher(job_node, node_of, interval, seconds)
     if (drain or until) and not job_id:
         raise BadInput(f"--{'drain' if drain else 'until'} is for a job watched with --job: give --job JOBID")
     if job_id:
@@ -397,6 +392,15 @@ def watch(command, pid, job_id, until, drain, job_node, inventory, master, node_
     document = result.document()
     _emit(document, fmt, output, verbose)
     return _watch_exit(result.facts, document)
+
+
+def _node_watcher(job_node, node_of, interval, seconds) -> int:
+    """The watcher on one node of a job across nodes (started by srun for --job, by Ansible for -i): JSON lines."""
+    from . import api
+    from .job.nodewatch import JobProcesses, node_watch
+    processes = JobProcesses.of_slurm_job(job_node, os.environ.get("SLURM_STEP_ID")) if job_node else \
+        JobProcesses.of_rendezvous(node_of)
+    return node_watch(processes, interval, seconds, api.node_problems)
 
 
 def _watch_exit(facts, document) -> int:
