@@ -384,6 +384,12 @@ def watch(command, pid, job_id, until, drain, job_node, inventory, master, node_
     if inventory or master:
         return _watch_inventory(inventory, master, seconds, interval, fmt, output, verbose)
     node = api.snapshot(list(node_sources)) if node_sources else api.snapshot(docker=False) if live_node else None
+    return _watch_here(pid, command, node, seconds, interval, fmt, output, verbose)
+
+
+def _watch_here(pid, command, node, seconds, interval, fmt, output, verbose) -> int:
+    """watch --pid / watch -- COMMAND: the job on this host."""
+    from . import api
     live = _live_line if sys.stderr.isatty() and fmt == "text" and not output else None
     # a machine-read document on stdout keeps it to itself: the job's own output goes to stderr then
     job_stdout = sys.stderr if fmt != "text" and not output else None
