@@ -172,8 +172,7 @@ def test_a_job_started_without_slurm_is_watched_through_the_inventory_and_its_hu
     MASTER_ADDR:MASTER_PORT, and the merged watch names rank 1, its node and GPU as the hung rank."""
     port = free_port()
     env = (f"WORLD_SIZE={len(NODES)} LOCAL_RANK=0 MASTER_ADDR=127.0.2.1 MASTER_PORT={port} FAULT=stop FAULT_RANK=1 "
-           "FAULT_STEP=8 "
-           "FAULT_LOG=/tmp/fault.log STEPS=0 GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1")
+           "FAULT_STEP=8 FAULT_LOG=/tmp/fault.log STEPS=0 GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1")
     inventory = tmp_path / "inventory.yml"
     hosts = {node: {"ansible_connection": "docker", "ansible_python_interpreter": sys.executable,
                     "watch_gpuprep": os.path.join(os.path.dirname(sys.executable), "gpuprep"),
