@@ -400,13 +400,19 @@ def _watch_here(pid, command, node, seconds, interval, fmt, output, verbose) -> 
     return _watch_exit(result.facts, document)
 
 
+NODE_CHECK_GRACE_S = 90     # watch -i: a node's own check this slow hangs there; the answer is then "not known"
+
+
 def _node_watcher(job_node, node_of, interval, seconds) -> int:
     """The watcher on one node of a job across nodes (started by srun for --job, by Ansible for -i): JSON lines."""
     from . import api
     from .job.nodewatch import JobProcesses, node_watch
-    processes = JobProcesses.of_slurm_job(job_node, os.environ.get("SLURM_STEP_ID")) if job_node else \
-        JobProcesses.of_rendezvous(node_of)
-    return node_watch(processes, interval, seconds, api.node_problems)
+    if job_node:
+        return node_watch(JobProcesses.of_slurm_job(job_node, os.environ.get("SLURM_STEP_ID")), interval, seconds,
+                          api.node_problems)
+    # Ansible hands the lines back only at the end: the node's own check, still running then, is waited for
+    return node_watch(JobProcesses.of_rendezvous(node_of), interval, seconds, api.node_problems,
+                      check_grace=NODE_CHECK_GRACE_S)
 
 
 def _watch_exit(facts, document) -> int:

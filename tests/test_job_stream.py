@@ -456,3 +456,19 @@ def test_lines_replayed_after_the_watch_are_timed_by_the_node_that_wrote_them():
     for host in ("node-a", "node-b"):
         live.feed(line(1795000000.0, 100, 0), host, host=host)
     assert live.facts(40, 10).lost_nodes == []
+
+
+@pytest.mark.parametrize("grace, sent", [(10.0, True), (0.0, False)])
+def test_a_watch_whose_window_ends_before_the_nodes_check_waits_for_it_only_within_its_grace(grace, sent):
+    """watch -i's node watcher: its lines are read only at its end, so a node check still running then (a slow
+    check) is waited for, up to the grace, and sent in the last line; without a grace the window is all."""
+    from gpuprep.job.nodewatch import JobProcesses, node_watch
+
+    def slow_check():
+        time.sleep(1.5)
+        return {"judged": True, "problems": [], "not_judged": []}
+    out = io.StringIO()
+    node_watch(JobProcesses.of_rendezvous("127.0.0.1:9"), 0.2, 0.5, slow_check, out, check_grace=grace)
+    lines = [parse_line(text) for text in out.getvalue().splitlines()]
+    assert lines[-1]["end"] == "the watch's time is up"
+    assert (lines[-1].get("node") == {"judged": True, "problems": [], "not_judged": []}) is sent, lines[-1]

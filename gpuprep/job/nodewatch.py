@@ -89,16 +89,18 @@ class JobProcesses:
 
 
 def node_watch(processes: JobProcesses, interval: float, seconds: Optional[float], node_check: Callable[[], dict],
-               out=None) -> int:
+               out=None, check_grace: float = 0.0) -> int:
     """The watcher on one node: JSON lines on `out` until the job's ranks here (`processes`) have all ended, the
     merger is gone, `seconds` pass, or SIGTERM. `node_check()` judges this node once (in a thread: the samples
-    start at once), for the verdict node or code."""
+    start at once), for the verdict node or code; a watch whose window ends before the check does waits for it up
+    to `check_grace` seconds (a merger that reads the lines only at the end judges without it otherwise)."""
     from ..slurm import node_name
     from .watch import Watcher
     out = out or sys.stdout
     emitter = Emitter(node_name(), out)
     checked: Dict[str, dict] = {}
-    threading.Thread(target=lambda: checked.setdefault("node", node_check()), daemon=True).start()
+    checking = threading.Thread(target=lambda: checked.setdefault("node", node_check()), daemon=True)
+    checking.start()
     dumps = _DumpReader(processes)
     ras = _RasRelay(os.environ.get("NCCL_RAS_ADDR") or None)
     watcher = Watcher(None, interval, family=processes)
@@ -120,7 +122,12 @@ def node_watch(processes: JobProcesses, interval: float, seconds: Optional[float
             why = "the watch's time is up" if not emitter.closed else "the merger is gone"
     except KeyboardInterrupt:
         why = "told to stop"
-    emitter.sample(watcher, {"end": why})
+    end = {"end": why}
+    if "sent" not in checked and not emitter.closed:
+        checking.join(timeout=check_grace)
+        if "node" in checked:
+            end["node"] = checked["node"]
+    emitter.sample(watcher, end)
     return 0
 
 
