@@ -526,10 +526,11 @@ def watch_slurm_job(job_id: str, *, seconds: Optional[float] = None, interval: f
 
 
 def watch_inventory_job(inventory: str, master: str, *, seconds: float, interval: float = 1.0,
-                        limit: Optional[str] = None) -> JobResult:
+                        limit: Optional[str] = None, connection=None) -> JobResult:
     """`gpuprep watch -i`: a job across the hosts of an Ansible inventory, without Slurm. One watcher a host, started
     through Ansible, samples for `seconds` the ranks there that meet at `master` (ADDR:PORT, their MASTER_ADDR and
-    MASTER_PORT); the hosts' samples are merged and judged as one job, as watch_slurm_job does."""
+    MASTER_PORT); the hosts' samples are merged and judged as one job, as watch_slurm_job does. `connection`: how
+    the hosts are reached (gpuprep.ansible.runner.Connection: user, key, become)."""
     from . import arguments as a
     from .job.facts import JobFacts
     from .job.inventoryjob import watch_inventory_nodes
@@ -539,7 +540,7 @@ def watch_inventory_job(inventory: str, master: str, *, seconds: float, interval
     a.seconds("seconds", seconds)
     a.seconds("interval", interval)
     a.text("limit", limit, optional=True)
-    facts = watch_inventory_nodes(inventory, master, seconds, interval, limit=limit)
+    facts = watch_inventory_nodes(inventory, master, seconds, interval, limit=limit, connection=connection)
     return JobResult(facts, judge(Job(JobFacts([], facts.collectives), None, facts)), None)
 
 

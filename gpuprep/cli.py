@@ -359,6 +359,7 @@ def diagnose(traces, node_sources, live_node, compare, fmt, as_json, output, ver
 @click.option("--node", "live_node", is_flag=True, help="Join this host's facts (gpuprep check's probe).")
 @_format_options
 @click.option("-v", "--verbose", is_flag=True, help="Show the per-rank summary lines too.")
+@_connection_options
 def watch(command, pid, job_id, until, drain, job_node, inventory, master, node_of, duration, interval, node_sources,
           live_node, fmt, as_json, output, verbose):
     """Why a running training job under-uses its GPUs, without touching its code: samples its ranks (NVML, /proc,
@@ -459,7 +460,8 @@ def _watch_inventory(inventory, master, seconds, interval, fmt, output, verbose)
         raise BadInput("watch -i INVENTORY --master ADDR:PORT: give both (the hosts, and where the job's ranks meet)")
     if seconds is None:
         raise BadInput("watch -i: give --duration (each host's watcher samples that long, then reports)")
-    document = api.watch_inventory_job(inventory, master, seconds=seconds, interval=interval).document()
+    document = api.watch_inventory_job(inventory, master, seconds=seconds, interval=interval,
+                                       connection=_connection()).document()
     _emit(document, fmt, output, verbose)
     return _verdict_exit(document)
 
