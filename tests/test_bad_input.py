@@ -231,7 +231,9 @@ CASES = [
      2, r"MASTER_ADDR:MASTER_PORT"),
     ("watch-master-injected", lambda f: ["watch", "-i", "localhost,", "--master", "x;touch /tmp/gpuprep-pwned:1",
                                          "--duration", "5"], 2, r"MASTER_ADDR:MASTER_PORT"),
-    ("watch-node-of-port-out-of-range", lambda f: ["watch", "--node-of", "10.0.0.1:70000", "--duration", "1"], 2,
+    ("burnin-master-template", lambda f: ["burnin", "-i", "localhost,", "--master", "{{ 7*7 }}:29500",
+                                          "--duration", "10s"], 2, r"is not HOST:PORT"),
+    ("watch-node-of-port-out-of-range", lambda f: ["watch", "--node-of", "127.0.0.1:70000", "--duration", "1"], 2,
      r"MASTER_ADDR:MASTER_PORT"),
 ]
 

@@ -45,9 +45,14 @@ def parse_duration(text: str, shortest: float = 5) -> float:
     return value
 
 
+# a host name or address (IPv4, IPv6 without brackets): it reaches torchrun's arguments and playbooks' variables,
+# where a brace would be a template
+_MASTER_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}")
+
+
 def parse_master(text: str):
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not _MASTER_HOST.fullmatch(host) or not port.isdigit() or not 0 < int(port) < 65536:
         raise bad_argument("master", f"{text!r} is not HOST:PORT")
     return host, int(port)
 

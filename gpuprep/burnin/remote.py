@@ -8,8 +8,7 @@ import shutil
 import tempfile
 import time
 
-from ..errors import bad_argument
-from . import RunResult
+from . import RunResult, parse_master
 from .report_schema import checked_ranks
 
 
@@ -20,10 +19,8 @@ def run_fleet(inventory: str, seconds: float, nproc: str, backend: str, master, 
     # each host runs its own gpuprep (on its PATH, or where the inventory's burnin_gpuprep says), never the
     # controller's interpreter path, which means nothing on another machine
     if master:
-        host, _, port = master.rpartition(":")
-        if not host or not port.isdigit():
-            raise bad_argument("master", f"{master!r} is not HOST:PORT")
-        extravars.update(burnin_master_addr=host, burnin_port=int(port))
+        host, port = parse_master(master)
+        extravars.update(burnin_master_addr=host, burnin_port=port)
     collect = tempfile.mkdtemp(prefix="gpuprep-burnin-reports-")
     extravars["burnin_collect_dir"] = collect
     start = time.monotonic()

@@ -6,7 +6,6 @@ and writes JSON lines (job/stream.py) for the command that started it (srun for 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 import threading
@@ -17,15 +16,15 @@ from ..errors import BadInput
 from .slurmjob import JOB_ID
 from .stream import Emitter
 
-_ADDR = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}")
-
-
 def split_master(master: str, option: str) -> Tuple[str, str]:
     """(address, port) of ADDR:PORT, as a rank's MASTER_ADDR and MASTER_PORT hold them; BadInput otherwise."""
-    addr, _, port = str(master or "").rpartition(":")
-    if not _ADDR.fullmatch(addr) or not port.isdigit() or not 0 < int(port) < 65536 or port != str(int(port)):
-        raise BadInput(f"{option} {str(master)[:80]!r}: give the ranks' MASTER_ADDR:MASTER_PORT, e.g. 10.0.0.1:29500")
-    return addr, port
+    from ..burnin import parse_master
+    try:
+        addr, port = parse_master(str(master or ""))
+    except BadInput:
+        raise BadInput(f"{option} {str(master)[:80]!r}: give the ranks' MASTER_ADDR:MASTER_PORT, e.g. "
+                       "10.0.0.1:29500") from None
+    return addr, str(port)
 
 
 class JobProcesses:
