@@ -433,28 +433,29 @@ def test_each_node_relays_its_nccl_ras_report_and_the_merger_names_the_dead_rank
     assert any("a RAS report dropped" in n for n in merged.notes) and merged.ras is facts.ras
 
 
-def test_lines_replayed_after_the_watch_are_timed_by_the_node_that_wrote_them():
-    """watch -i gets each host's lines whole, at the end: a host whose watcher went quiet 30 s before the others'
-    last line (and never wrote its end) stopped answering, and its ranks are on a lost node; the hosts are named
-    by their inventory names, so two nodes that call themselves alike (containers, images) stay two; a host whose
-    watcher ended by itself is not lost."""
+def test_lines_replayed_after_the_watch_judge_a_node_lost_by_its_missing_end_never_by_clocks():
+    """watch -i gets each host's lines whole, at the end: a host whose watcher never wrote its end line stopped
+    answering, and its ranks are on a lost node. The nodes' clocks are not compared: a node whose clock runs a day
+    ahead (or whose lines forge their time) makes no other node lost. Hosts are named by their inventory names, so
+    two nodes that call themselves alike (containers, images) stay two."""
     def line(t, pid, rank, **extra):
         return json.dumps({"v": 1, "host": "localhost", "t": t, "ranks": [_rank(pid, rank, cpu_seconds=[1.0])],
                            **extra})
+    start = 1795000000.0
     merged = Merged(replay=True)
-    for t in range(0, 40):
-        merged.feed(line(1795000000.0 + t, 100, 0), "node-a", host="node-a")
-    for t in range(0, 10):
-        merged.feed(line(1795000000.0 + t, 100, 1), "node-b", host="node-b")
-    for t in range(0, 10):
-        merged.feed(line(1795000000.0 + t, 100, 2, **({"end": "done"} if t == 9 else {})), "node-c", host="node-c")
+    for t in range(40):
+        merged.feed(line(start + t, 100, 0, **({"end": "done"} if t == 39 else {})), "node-a", host="node-a")
+    for t in range(10):
+        merged.feed(line(start + t, 100, 1), "node-b", host="node-b")
+    for t in range(40):      # a clock a day ahead
+        merged.feed(line(start + 86400 + t, 100, 2, **({"end": "done"} if t == 39 else {})), "node-c", host="node-c")
     facts = merged.facts(40, 10)
     assert [(r.rank, r.host, r.node_lost) for r in facts.ranks] == [(0, "node-a", False), (1, "node-b", True),
                                                                     (2, "node-c", False)]
     assert facts.lost_nodes == ["node-b"]
     live = Merged(clock=lambda: 1.0)         # lines as they come: the merger's clock, every node heard just now
     for host in ("node-a", "node-b"):
-        live.feed(line(1795000000.0, 100, 0), host, host=host)
+        live.feed(line(start, 100, 0), host, host=host)
     assert live.facts(40, 10).lost_nodes == []
 
 

@@ -1,8 +1,8 @@
 """`gpuprep watch -i INVENTORY --master ADDR:PORT`: a job across nodes without Slurm, with Ansible as the engine
 (the inventory gpuprep's other commands use). One watcher a node (collection/playbooks/watch.yml) finds the ranks
 that meet at ADDR:PORT there and samples them for the watch's duration (job/nodewatch.py); each node's lines come
-back whole when it is done and are merged here, timed by the clock of the node that wrote them. I/O only: the
-verdict is the job rules'."""
+back whole when it is done and are merged here (a node whose watcher never wrote its end line stopped answering).
+I/O only: the verdict is the job rules'."""
 from __future__ import annotations
 
 import math

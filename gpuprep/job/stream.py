@@ -187,8 +187,9 @@ def _node_facts(value) -> bool:
 class Merged:
     """Every node's lines, merged: the ranks by (node, pid), the time each node was last heard from, and what each
     node's own check said. Time is the merger's own clock as the lines arrive (the nodes' may differ), except
-    `ended_at`; lines replayed after the watch (`replay`: each node's lines came back whole, at its end) are timed
-    by the node's own clock, the time it wrote each one."""
+    `ended_at`. Lines replayed after the watch (`replay`: each node's lines came back whole, at its end) have no
+    arrival time: a node stopped answering when its watcher never wrote its end line (the nodes' own clocks are
+    not compared: one running ahead, or a line that forges its time, would make every other node look lost)."""
 
     def __init__(self, clock=time.monotonic, replay: bool = False):
         self.clock, self.replay = clock, replay
@@ -216,7 +217,7 @@ class Merged:
             return
         _escaped(document)
         host = document["host"] = host or document["host"]
-        self.heard[host] = document["t"] if self.replay else self.clock()
+        self.heard[host] = self.clock()
         for item in document["ranks"]:
             self._rank(host, item)
             self.samples = max(self.samples, self.ranks[(host, item["pid"])].seen)
@@ -268,10 +269,10 @@ class Merged:
         self.ras = report
 
     def silent(self, stale: float) -> List[str]:
-        """The nodes not heard from for `stale` seconds whose watcher did not say it ended (replayed: for `stale`
-        seconds before the last line any node wrote)."""
-        now = max(self.heard.values(), default=0.0) if self.replay else self.clock()
-        return sorted(h for h, at in self.heard.items() if now - at > stale and h not in self.ended)
+        """The nodes not heard from for `stale` seconds whose watcher did not say it ended (replayed: whose watcher
+        never wrote its end)."""
+        now = self.clock()
+        return sorted(h for h, at in self.heard.items() if (self.replay or now - at > stale) and h not in self.ended)
 
     def facts(self, seconds: float, stale: float, job_ended: bool = False, job_id: Optional[str] = None) -> WatchFacts:
         lost = set(self.silent(stale))
