@@ -473,3 +473,18 @@ def test_a_watch_whose_window_ends_before_the_nodes_check_waits_for_it_only_with
     lines = [parse_line(text) for text in out.getvalue().splitlines()]
     assert lines[-1]["end"] == "the watch's time is up"
     assert (lines[-1].get("node") == {"judged": True, "problems": [], "not_judged": []}) is sent, lines[-1]
+
+
+def test_watch_i_with_no_rank_found_and_a_host_that_did_not_answer_says_the_job_was_not_judged(tmp_path):
+    """watch -i through a real Ansible run: this machine answers (no rank of the job here), a second host does not
+    (nothing listens on 127.0.0.254:1). The job's ranks may be on that host, so this is no "wrong --master" and no
+    verdict: one line naming the host that did not answer, never a pass."""
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text(
+        f"here ansible_connection=local ansible_python_interpreter={sys.executable} "
+        f"watch_gpuprep={os.path.join(os.path.dirname(sys.executable), 'gpuprep')} gpuprep_watch_become=false\n"
+        "ghost ansible_host=127.0.0.254 ansible_port=1 ansible_connection=ssh\n")
+    done = run_cli("watch", "-i", str(inventory), "--master", "127.0.0.1:9", "--duration", "1", timeout=300)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and not done.stdout.strip(), done.stdout + done.stderr
+    assert len(lines) == 1 and "ghost" in lines[0] and "not judged" in lines[0], done.stderr

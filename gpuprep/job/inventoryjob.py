@@ -39,6 +39,9 @@ def watch_inventory_nodes(inventory: str, master: str, seconds: float, interval:
     if not merged.heard:
         first = unheard[0] if unheard else (inventory, "the inventory lists no host")
         raise GpuprepError(f"no watcher answered from any host of {inventory} (first: {first[0]}: {first[1]})")
+    if not merged.ranks and unheard:         # the job's ranks may be on the hosts that did not answer
+        raise GpuprepError(f"no rank of {master} found on the hosts that answered, and {len(unheard)} did not "
+                           f"(first: {unheard[0][0]}: {unheard[0][1]}): the job was not judged")
     if not merged.ranks:
         raise BadInput(f"--master {master}: no process on any node has MASTER_ADDR:MASTER_PORT {master} "
                        "(give the address and port the job's ranks meet at, as their environment holds them)")
