@@ -226,11 +226,11 @@ def straggler(job: Job) -> List[Finding]:
             out.append(Finding("job.straggler", "warn", f"rank {rank}",
                                f"rank {rank} is the straggler: {mine:.1f} ms of its own work per step against "
                                f"{baseline:.1f} ms on the others, who wait for it in every collective",
-                               {"work_ms": round(mine, 2), "others_median_ms": round(baseline, 2),
+                               {"rank": rank, "work_ms": round(mine, 2), "others_median_ms": round(baseline, 2),
                                 "per_rank_work_ms": {str(k): round(v, 2) for k, v in sorted(work.items())}},
                                REMEDY["straggler"],
                                source("straggler_pct")))
-    slow = [int(f.subject.split()[-1]) for f in out]
+    slow = [f.evidence["rank"] for f in out]
     return out + ([_where_slow(ranked, slow)] if slow else [])
 
 
