@@ -147,6 +147,9 @@ def test_the_shares_start_at_the_first_step_frame():
     assert classify(importing) == "other"                     # import torch.distributed is start-up, no collective
     samples = ["other"] * 10 + ["dataloader", "compute_launch", "other", "dataloader"]
     assert steady(samples) == samples[10:]
+    # a sync-bound loop: its .item() samples are its steady state, not start-up before its first forward frame
+    sync_bound = ["other"] * 3 + ["sync"] * 5 + ["compute_launch"]
+    assert steady(sync_bound) == sync_bound[3:]
 
 
 # -- small things a person notices ------------------------------------------------------------------------------

@@ -199,3 +199,28 @@ def test_a_job_started_without_slurm_is_watched_through_the_inventory_and_its_hu
     right, _ = judged_right({"expect": "job.hung-rank", "rank": "1", "fault_at": "code"}, report)
     said = [f"{f['severity']} {f['id']} {f['subject']}: {f['title']}" for f in report["findings"]]
     assert right, "\n".join(said)
+
+
+def test_srun_s_pieces_of_long_lines_from_every_node_are_joined_back_whole(cluster):
+    """slurmstepd hands srun a task's output in messages of at most 1024 bytes, and srun writes the messages of
+    all tasks as they come: a watcher's line longer than that (a node's own check) reached the merger torn, and the
+    node's check was dropped as "not JSON". Through the real srun --label, every line of every node comes back
+    whole, in its order."""
+    from gpuprep.job.slurmjob import TaskLines
+    writer = ("import json, os, sys\n"
+              "for i in range(40):\n"
+              "    sys.stdout.write(json.dumps({'v': 1, 'host': os.uname().nodename, 'i': i,\n"
+              "                                 'pad': str(i) * (700 * (i % 7))}, separators=(',', ':')) + '\\n')\n"
+              "    sys.stdout.flush()\n")
+    _write(NODES[0], "/tmp/long_lines.py", writer)
+    for node in NODES[1:]:
+        _write(node, "/tmp/long_lines.py", writer)
+    done = sh(NODES[0], f"srun -N {len(NODES)} -n {len(NODES)} --ntasks-per-node=1 --label --quiet "
+              f"{sys.executable} /tmp/long_lines.py", timeout=120)
+    raw = done.stdout.splitlines(keepends=True)
+    tasks = TaskLines()
+    lines = [line for piece in raw for line in tasks.feed(piece)] + tasks.rest()
+    documents = [json.loads(line) for line in lines]
+    by_host = {host: [d["i"] for d in documents if d["host"] == host] for host in NODES}
+    assert by_host == {host: list(range(40)) for host in NODES}, by_host
+    assert len(raw) > len(lines), "srun wrote no line in pieces: the premise of this test no longer holds"

@@ -104,6 +104,50 @@ def test_a_forged_line_is_dropped_with_one_note_naming_the_field(line, field):
     assert [r.pid for r in merged.ranks.values()] == [100]          # the good line's rank only
 
 
+def _compact(line):
+    """A line as a watcher writes it (Emitter: no spaces between fields)."""
+    return json.dumps(json.loads(line), separators=(",", ":"))
+
+
+def _labelled_pieces(task, line, size=1024):
+    """How srun --label writes one task's line: slurmstepd's messages of at most 1024 bytes, each on a line of its
+    own behind the task's number (Slurm's write_labelled_message adds the newline a piece lacks)."""
+    return [f"{task}: {line[i:i + size]}\n" for i in range(0, len(line), size)]
+
+
+def test_lines_srun_tore_into_pieces_between_other_nodes_pieces_are_joined_whole():
+    from gpuprep.job.slurmjob import TaskLines
+    long_line = _compact(_line(host="gpjob1", notes=["n" * 390] * 8))            # a node's check: a few KiB
+    short = _compact(_line(host="gpjob2"))
+    first, *rest = _labelled_pieces(0, long_line)
+    assert len(rest) >= 2
+    tasks = TaskLines()
+    out = tasks.feed(first) + tasks.feed(_labelled_pieces(1, short)[0])
+    for piece in rest:
+        out += tasks.feed(piece)
+    assert out == [short, long_line] and tasks.rest() == []
+    merged = Merged()
+    for line in out:
+        merged.feed(line, "srun")
+    assert not any("dropped" in note for note in merged.notes) and set(merged.heard) == {"gpjob1", "gpjob2"}
+
+
+def test_a_torn_line_that_never_completes_is_handed_on_and_named_not_joined_to_the_next():
+    from gpuprep.job.slurmjob import TaskLines
+    broken = _labelled_pieces(0, _compact(_line(host="gpjob1", notes=["n" * 390] * 4)))[0]    # the rest lost
+    whole = _compact(_line(host="gpjob1"))
+    tasks = TaskLines()
+    out = tasks.feed(broken) + tasks.feed(f"0: {whole}\n") + tasks.feed("srun: error: a word of srun's own\n")
+    assert out == [broken[3:-1], whole, "srun: error: a word of srun's own"]
+    trailing = tasks.feed(_labelled_pieces(2, _line(host="gpjob3", notes=["n" * 390] * 4))[0])
+    assert trailing == [] and len(tasks.rest()) == 1 and tasks.rest() == []
+    merged = Merged()
+    for line in out:
+        merged.feed(line, "srun")
+    assert merged.notes == ["srun: a watcher's line dropped: line (not JSON) is not what a watcher writes"]
+    assert list(merged.heard) == ["gpjob1"]
+
+
 def test_a_line_past_a_mebibyte_is_refused_before_it_is_parsed():
     with pytest.raises(BadLine, match="longer than 1 MiB"):
         parse_line(_line(notes=["x" * 300] * 4000))

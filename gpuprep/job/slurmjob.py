@@ -5,6 +5,7 @@ job): each finds the job's ranks on its node (the processes of the job's other s
 job rules'."""
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -14,11 +15,11 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from ..errors import BadInput, GpuprepError
 from .facts import WatchFacts
-from .stream import Merged
+from .stream import MAX_LINE, WATCH_MARK, Merged
 
 JOB_ID = re.compile(r"[0-9]{1,10}")
 STOP_GRACE_SECONDS = 10
@@ -70,7 +71,7 @@ def watcher_argv(job: SlurmJob, interval: float, srun: str = "srun") -> List[str
     the job's other steps. The watcher is this gpuprep, by the same path (installed alike on every node)."""
     n = str(len(job.nodes))
     return [srun, "--overlap", f"--jobid={job.id}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
-            "--kill-on-bad-exit=0", "--quiet", sys.executable, "-m", "gpuprep", "watch", "--job-node", job.id,
+            "--kill-on-bad-exit=0", "--quiet", "--label", sys.executable, "-m", "gpuprep", "watch", "--job-node", job.id,
             "--interval", f"{interval:g}"]
 
 
@@ -182,8 +183,60 @@ def _job_ended(merged: Merged) -> bool:
     return bool(merged.ranks) and all(r.ended for r in merged.ranks.values())
 
 
+# srun --label's mark before each piece of a task's output: the task's number, zero-padded to the widest
+_LABEL = re.compile(r"([0-9]{1,7}): ")
+
+
+class TaskLines:
+    """srun --label's output back into each task's whole lines. slurmstepd sends a task's output in messages of at
+    most 1024 bytes (SLURM_IO_MAX_MSG_LEN), so a longer line reaches srun in pieces, between other tasks' pieces
+    (a node's check is such a line); with --label srun writes each piece on a line of its own behind the task's
+    number. A watcher's line is one JSON object, and no proper prefix of an object is a whole object: a task's
+    pieces are joined until they parse. A piece that starts a new object ends a joined line that never did."""
+
+    def __init__(self, limit: int = MAX_LINE):
+        self.limit = limit
+        self.held: Dict[str, str] = {}
+
+    def feed(self, raw: str) -> List[str]:
+        """The whole lines this piece of srun's output completes (none while a line is still in pieces)."""
+        raw = raw[:-1] if raw.endswith("\n") else raw
+        label = _LABEL.match(raw)
+        if label is None:
+            return [raw]        # not a task's (srun's own words): the merger names what it is
+        task, piece = label.group(1), raw[label.end():]
+        out = []
+        if task in self.held and piece.startswith(WATCH_MARK):
+            out.append(self.held.pop(task))
+        line = self.held.pop(task, "") + piece
+        if _whole(line) or len(line) > self.limit:
+            out.append(line)
+        else:
+            self.held[task] = line
+        return out
+
+    def rest(self) -> List[str]:
+        """What is still in pieces once srun has ended: the merger drops each, with a note."""
+        out, self.held = list(self.held.values()), {}
+        return out
+
+
+def _whole(line: str) -> bool:
+    if not line.endswith("}"):
+        return False
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
 def _pump(stream, lines) -> None:
-    for line in stream:
+    tasks = TaskLines()
+    for piece in stream:
+        for line in tasks.feed(piece):
+            lines.put(line)
+    for line in tasks.rest():
         lines.put(line)
     lines.put(None)
 

@@ -81,8 +81,10 @@ def signature(frames: Sequence[Frame], lines: Sequence[Optional[int]]) -> str:
     return hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=6).hexdigest()
 
 
-# a class only a training step's stack has: the steady state starts at the first
-STEP_CLASSES = ("dataloader", "compute_launch", "collective")
+# a class only a training step's stack has: the steady state starts at the first. A metric's .item() is one: a
+# loop that spends its step there (sync-bound) may show no other class for many samples, and starting at its first
+# forward frame instead dropped all but the last sample of a sync-bound job
+STEP_CLASSES = ("dataloader", "compute_launch", "collective", "sync")
 
 
 def steady(classes: List[str]) -> List[str]:
