@@ -4,9 +4,10 @@ a directory of 8 copies of it (ranks renamed, files only copied):
 - gpuprep's time against HTA's (goal >= 10x);
 - gpuprep's time against only decompressing and JSON-parsing the same bytes with the fastest parser installed
   (orjson if present, else the standard json module): that is the limit (goal <= 2x);
-- gpuprep's peak memory (max RSS, less a bare interpreter's) against the largest decompressed trace (goal <= 1x), for
-  one trace and for the 8-rank directory, where ranks are parsed in worker processes: there the peak is of the sum
-  over the whole process tree, sampled every 10 ms (the kernel's max RSS is per process);
+- gpuprep's peak memory, less a bare interpreter's, against the largest decompressed trace (goal <= 1x), for one
+  trace and for the 8-rank directory, where ranks are parsed in forked worker processes: the peak of the sum over
+  the whole process tree, sampled every 10 ms (the kernel's max RSS is per process), both of RSS and of PSS (a page
+  the workers share with their parent counts once in PSS, once per process in RSS);
 - the 8-rank directory on this machine's cores (goal <= 10 s on 2 cores).
 Each figure is the best of RUNS fresh processes; interpreter start-up is in every time, as a user meets it.
 Usage: python bench/diagnose_scale.py [--runs 3]"""
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from diagnose_vs_hta import measure  # noqa: E402 (one way to time a fresh process, for both benches)
@@ -49,22 +51,32 @@ for breakdown in (analysis.get_temporal_breakdown, analysis.get_idle_time_breakd
 """
 
 
-def tree_peak(code: str, args) -> float:
-    """The peak, in MiB, of the summed RSS of a fresh process and all its descendants, sampled every 10 ms."""
+def tree_peak(code: str, args) -> Tuple[float, float]:
+    """The peaks, in MiB, of the summed RSS and of the summed PSS of a fresh process and all its descendants,
+    sampled every 10 ms. Forked workers share their parent's pages (the interpreter, the imported modules) until
+    they write them: the RSS sum counts each shared page once per process, PSS divides it among its sharers, so the
+    PSS sum is what the tree takes from the machine."""
     import psutil
     proc = subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    top, peak = psutil.Process(proc.pid), 0
+    top, rss_peak, pss_peak = psutil.Process(proc.pid), 0, 0
     while proc.poll() is None:
         try:
             family = [top] + top.children(recursive=True)
-            peak = max(peak, sum(p.memory_info().rss for p in family))
+            rss_peak = max(rss_peak, sum(p.memory_info().rss for p in family))
+            pss_peak = max(pss_peak, sum(p.memory_full_info().pss for p in family))
         except psutil.NoSuchProcess:
             pass
         time.sleep(0.01)
     if proc.returncode != 0:
         raise SystemExit(f"{args}: the run failed (status {proc.returncode})")
-    return peak / (1 << 20)
+    return rss_peak / (1 << 20), pss_peak / (1 << 20)
+
+
+def least(code: str, args, runs: int) -> Tuple[float, float]:
+    """The least (RSS, PSS) peaks of `runs` fresh runs."""
+    peaks = [tree_peak(code, args) for _ in range(runs)]
+    return min(p[0] for p in peaks), min(p[1] for p in peaks)
 
 
 def main():
@@ -81,13 +93,13 @@ def main():
             shutil.copy(LARGEST, eight / f"rank{rank}.pt.trace.json.gz")
         # memory by sampling each run's process tree: a child's own max RSS (wait4) counts the parent it was forked
         # from (Linux carries the high-water mark across exec), so every figure read ~80 MiB, a bare interpreter too
-        bare_mb = min(tree_peak(BARE, []) for _ in range(runs))
+        bare_mb = least(BARE, [], runs)
         ours_s, _ = measure(GPUPREP, [LARGEST], runs)
-        ours_mb = min(tree_peak(GPUPREP, [LARGEST]) for _ in range(runs))
+        ours_mb = least(GPUPREP, [LARGEST], runs)
         parse_s, _ = measure(PARSE, [LARGEST], runs)
         dir_s, _ = measure(GPUPREP, [eight], runs)
         dir_parse_s, _ = measure(PARSE, sorted(eight.iterdir()), runs)
-        dir_mb = min(tree_peak(GPUPREP, [eight]) for _ in range(runs))
+        dir_mb = least(GPUPREP, [eight], runs)
         try:
             import hta  # noqa: F401
             hta_s, _ = measure(HTA, [one], runs)
@@ -103,10 +115,10 @@ def main():
         if theirs and label.startswith("8"):
             versus += "*"
         print(f"{label:28} {ours:9.2f} {theirs or float('nan'):7.2f} {versus} {parse:8.2f} {ours / parse:7.2f}x")
-    print(f"peak memory: gpuprep {ours_mb:.0f} MiB, a bare interpreter {bare_mb:.0f} MiB: "
-          f"{(ours_mb - bare_mb) / decompressed:.2f}x the decompressed trace")
-    print(f"peak memory, 8 ranks (every process of the tree, summed): {dir_mb:.0f} MiB: "
-          f"{(dir_mb - bare_mb) / decompressed:.2f}x the largest decompressed trace")
+    for label, (rss, pss) in (("one trace", ours_mb), ("8 ranks, the whole process tree", dir_mb)):
+        print(f"peak memory, {label}: RSS summed {rss:.0f} MiB ({(rss - bare_mb[0]) / decompressed:.2f}x), PSS summed "
+              f"{pss:.0f} MiB ({(pss - bare_mb[1]) / decompressed:.2f}x) the largest decompressed trace, less a bare "
+              f"interpreter ({bare_mb[0]:.0f} MiB RSS, {bare_mb[1]:.0f} MiB PSS)")
     print("* HTA keys ranks by the rank number inside each trace: the 8 copies hold one number, so it reads one")
     print("goals: vs HTA >= 10x; vs parse <= 2x; memory <= 1x; 8 ranks <= 10 s on 2 cores")
 

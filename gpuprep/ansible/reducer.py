@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional
 
-from ..job.stream import WATCH_MARK
-
 
 @dataclass
 class FailedTask:
@@ -222,6 +220,7 @@ def _error(state: RunState, data: dict, event: dict, now: float) -> None:
 
 
 SNAPSHOT_MARK = '"schema": "gpuprep.snapshot/'     # how a gpuprep snapshot document starts (Snapshot.to_json)
+WATCH_MARK = '{"v":1,"host":'        # how a job watcher's line starts (job/stream.py, Emitter.line)
 SNAPSHOT_MARK_WITHIN = 4096                         # characters: a line the interpreter printed first is allowed
 
 # event -> (handler, needs a host): what each ansible-runner event does to the state; others change nothing

@@ -19,7 +19,8 @@ from typing import Callable, Dict, List, Optional
 
 from ..errors import BadInput, GpuprepError
 from .facts import WatchFacts
-from .stream import MAX_LINE, WATCH_MARK, Merged
+from ..ansible.reducer import WATCH_MARK
+from .stream import MAX_LINE, Merged
 
 JOB_ID = re.compile(r"[0-9]{1,10}")
 STOP_GRACE_SECONDS = 10

@@ -16,7 +16,6 @@ from .facts import WatchFacts, watch_rank
 from .watch import RankProcess
 
 VERSION = 1
-WATCH_MARK = '{"v":%d,"host":' % VERSION      # how every watcher line starts (Emitter.line)
 MAX_LINE = 1 << 20                   # one sample of a node with many ranks is a few KiB
 MAX_RANKS_PER_NODE = 1024
 MAX_NOTES = 20
