@@ -218,10 +218,10 @@ def test_a_node_that_stopped_answering_loses_its_ranks():
     assert not any(i[0] == "job.rank-dead" for i in _ids(_watched([_wr(0, "a"), _wr(1, "b")])))
 
 
-def _stuck_in(collective, site, **kw):
-    return dict(stack_sigs=["s"] * 8, sites=[[collective, site]] * 8,
-                last_stack="collective", main_thread={"collective": 100.0}, stack_samples=8,
-                cpu_seconds=[1.0] * 8, switches=[5] * 8, samples=8, **kw)
+def _stuck_in(collective, site, n=8, **kw):
+    return dict(stack_sigs=["s"] * n, sites=[[collective, site]] * n,
+                last_stack="collective", main_thread={"collective": 100.0}, stack_samples=n,
+                cpu_seconds=[1.0] * n, switches=[5] * n, samples=n, **kw)
 
 
 def test_ranks_stuck_in_different_collectives_are_a_desync_naming_the_odd_one():
@@ -242,17 +242,20 @@ def test_ranks_whose_main_threads_still_block_and_wake_are_not_hung():
     assert not _ids(_watched(moving)) & {("job.fabric-stall", None, None), ("job.hung-rank", None, None)}
 
 
-def _slow(host, reasons, **kw):
-    return _wr(1, host, stack_sigs=[str(i) for i in range(8)], sites=[[None, "train.py:60"]] * 8,
+N = 12      # stack samples of each rank in the straggler cases: straggler_samples (10) and more
+
+
+def _slow(host, reasons, n=N, **kw):
+    return _wr(1, host, stack_sigs=[str(i) for i in range(n)], sites=[[None, "train.py:60"]] * n,
                last_stack="compute_launch", main_thread={"compute_launch": 100.0},
-               stack_samples=8, cpu_seconds=[float(i) for i in range(8)], switches=list(range(0, 80, 10)),
-               cpu_pct=[95.0] * 8, samples=8, throttle_reasons=[reasons] * 8, gpu_util_pct=[40.0] * 8, **kw)
+               stack_samples=n, cpu_seconds=[float(i) for i in range(n)], switches=list(range(0, 10 * n, 10)),
+               cpu_pct=[95.0] * n, samples=n, throttle_reasons=[reasons] * n, gpu_util_pct=[40.0] * n, **kw)
 
 
-def _waiting(rank, host):
-    return _wr(rank, host, **{**_stuck_in("all_reduce", "train.py:98"), "switches": list(range(0, 80, 10)),
-                              "cpu_seconds": [0.1 * i for i in range(8)], "cpu_pct": [10.0] * 8,
-                              "throttle_reasons": [[]] * 8, "gpu_util_pct": [40.0] * 8})
+def _waiting(rank, host, n=N):
+    return _wr(rank, host, **{**_stuck_in("all_reduce", "train.py:98", n), "switches": list(range(0, 10 * n, 10)),
+                              "cpu_seconds": [0.1 * i for i in range(n)], "cpu_pct": [10.0] * n,
+                              "throttle_reasons": [[]] * n, "gpu_util_pct": [40.0] * n})
 
 
 @pytest.mark.parametrize("reasons, node, fault", [
@@ -272,8 +275,33 @@ def test_the_straggler_is_the_nodes_fault_only_with_a_sign_on_its_node(reasons, 
     assert ("job.node-or-code", 1, fault) in found, found
 
 
+def _sampled(rank, host, in_collective, samples):
+    """A rank of a healthy gloo job: in the loss all-reduce in `in_collective` of `samples` stack samples, working
+    in the rest, its CPU busy throughout."""
+    share = 100.0 * in_collective / samples
+    return _wr(rank, host, stack_sigs=[str(i) for i in range(samples)], sites=[[None, "train.py:60"]] * samples,
+               last_stack="compute_launch", main_thread={"collective": share, "compute_launch": 100.0 - share},
+               stack_samples=samples, cpu_seconds=[0.5 * i for i in range(samples)],
+               switches=list(range(0, 10 * samples, 10)), cpu_pct=[50.0] * samples, samples=samples,
+               throttle_reasons=[[]] * samples)
+
+
+@pytest.mark.parametrize("counts, named", [
+    (((3, 8), (4, 8), (1, 13)), False),     # CI's healthy job beside a busy loop: 8 samples tell nothing
+    (((4, 10), (5, 10), (1, 13)), True),    # ten samples a rank and the same gap: rank 2 is held apart
+])
+def test_a_straggler_by_comparison_needs_ten_samples_of_every_rank(counts, named):
+    """A healthy job's ranks wait in collectives some of the time, and a loaded host deals them CPU unevenly: with
+    8 samples of the others, 3 and 4 in a collective against rank 2's 1 of 13 passes the test of chance by chance.
+    Every rank needs straggler_samples before one is named, and until then the watch says it did not judge."""
+    ranks = [_sampled(rank, host, *count) for rank, (host, count) in enumerate(zip("abc", counts))]
+    found = judge(Job(JobFacts([]), None, _watched(ranks)))
+    assert any(f.id == "job.straggler" and f.evidence["rank"] == 2 for f in found) is named
+    assert any(f.id == "job.not-judged" and "Straggler by comparison" in f.title for f in found) is not named
+
+
 @pytest.mark.parametrize("in_loader, samples, named", [
-    (0, 3, {"job.straggler"}),                  # never at its DataLoader: its own work
+    (0, 10, {"job.straggler"}),                 # never at its DataLoader: its own work
     (1, 3, set()),                              # 1 of 3 there: data or its own work, not known yet
     (2, 3, {"job.dataloader"}),                 # 2 of 3: more than a healthy loop's chance look
     (5, 11, {"job.dataloader"}),                # 5 of 11, a loaded host's data-bound job (CI's run)
