@@ -60,6 +60,10 @@ def test_the_node_watcher_finds_the_jobs_ranks_by_their_slurm_environment_and_wr
     facts = merged.facts(3, 10, job_id="4242")
     assert sorted((r.rank, r.pid) for r in facts.ranks) == [(0, procs[0].pid), (1, procs[1].pid)]
     assert all(r.host == "gpnode7" and r.samples >= 2 for r in facts.ranks)
+    # the node's CPU pressure reaches the merger with each rank, where this kernel keeps it (PSI)
+    from gpuprep.job.watch import cpu_pressure
+    if cpu_pressure() is not None:
+        assert all(len(r.cpu_pressure_pct) >= 2 and all(0 <= p <= 100 for p in r.cpu_pressure_pct) for r in facts.ranks)
     assert facts.nodes["gpnode7"] == {"judged": False, "problems": [], "not_judged": ["no GPU here"]}
     assert lines[-1]["end"] == "the watch's time is up"
 
@@ -93,8 +97,9 @@ def test_a_rank_that_ends_is_timed_to_the_twentieth_of_a_second():
     (_line(node={"judged": True, "problems": [{"id": "gpu.xid", "severity": "reboot", "subject": "GPU0",
                                                "message": "x"}]}), "node"),
     ("[" * 100000 + "]" * 100000, "line"),
+    (_line(ranks=[_rank(cpu_pressure_pct=[1e300])]), "ranks[].cpu_pressure_pct"),
 ], ids=["not-json", "version", "host-escapes", "host-path", "pid", "nan", "text-number", "long-stack", "rank-text",
-        "gpu-key", "node-judged", "node-severity", "deep"])
+        "gpu-key", "node-judged", "node-severity", "deep", "pressure"])
 def test_a_forged_line_is_dropped_with_one_note_naming_the_field(line, field):
     merged = Merged()
     merged.feed(_line(ranks=[_rank(cpu_seconds=[1.0])]))
@@ -298,6 +303,42 @@ def test_a_straggler_by_comparison_needs_ten_samples_of_every_rank(counts, named
     found = judge(Job(JobFacts([]), None, _watched(ranks)))
     assert any(f.id == "job.straggler" and f.evidence["rank"] == 2 for f in found) is named
     assert any(f.id == "job.not-judged" and "Straggler by comparison" in f.title for f in found) is not named
+
+
+@pytest.mark.parametrize("pressure, fault", [
+    ({"a": 2.0, "b": 60.0, "c": 3.5}, "node"),       # only the straggler's node is short of CPU: the node's
+    ({"a": 55.0, "b": 60.0, "c": 58.0}, "code"),     # every node alike (a loaded host): no sign on its node
+    ({"a": 20.0, "b": 40.0, "c": 20.0}, "code"),     # twice the others': under the ratio
+    ({"a": 1.0, "b": 20.0, "c": 1.0}, "code"),       # under the mark
+    ({"b": 90.0}, "code"),                           # no other node to compare with (kernels without PSI)
+])
+def test_a_straggler_on_the_one_node_short_of_cpu_is_the_nodes_fault(pressure, fault):
+    """CPU pressure (PSI) on the straggler's node, judged against the job's other nodes: they run the same code,
+    so what only its node shows (another process on its CPUs) is the node's; a host loaded under every node alike
+    is not."""
+    ranks = [_waiting(0, "a"), _slow("b", []), _waiting(2, "c")]
+    for r in ranks:
+        if r.host in pressure:
+            r.cpu_pressure_pct = [pressure[r.host]] * N
+    facts = _watched(ranks, nodes={"a": None, "b": {"judged": True, "problems": []}, "c": None})
+    (answer,) = [f for f in judge(Job(JobFacts([]), None, facts)) if f.id == "job.node-or-code"]
+    assert answer.evidence["fault"] == fault and answer.evidence["rank"] == 1
+    assert any("contended" in sign for sign in answer.evidence["node_signs"]) is (fault == "node")
+
+
+@pytest.mark.parametrize("text, value", [
+    ("some avg10=37.52 avg60=12.00 avg300=3.10 total=2938472\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+     37.52),                                            # Linux 5.13+: a "full" line for the CPU too
+    ("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", 0.0),     # 4.20 to 5.12: "some" alone
+    ("some avg10=512.00 avg60=0.00 avg300=0.00 total=0\n", None),  # not a share
+    ("", None),                                          # psi=0: the file reads empty or refuses
+])
+def test_the_nodes_cpu_pressure_is_read_from_psi(tmp_path, text, value):
+    from gpuprep.job.watch import cpu_pressure
+    psi = tmp_path / "cpu"
+    psi.write_text(text)
+    assert cpu_pressure(str(psi)) == value
+    assert cpu_pressure(str(tmp_path / "missing")) is None
 
 
 @pytest.mark.parametrize("in_loader, samples, named", [

@@ -97,6 +97,7 @@ class WatchRank:
     power_limit_of_default_pct: List[Optional[float]] = field(default_factory=list)   # enforced limit / default
     allowed_cpus: Optional[str] = None                # the CPUs the rank may run on (cpulist)
     ran_on_cpus: List[List[int]] = field(default_factory=list)   # per sample: the CPUs the rank and workers were on
+    cpu_pressure_pct: List[float] = field(default_factory=list)  # per sample: its node's CPU pressure (PSI some avg10)
     tensor_active_pct: List[Optional[float]] = field(default_factory=list)   # GPM (Hopper+): SMs on Tensor Cores
     ended: bool = False
     ended_at: Optional[float] = None                 # when it was first seen gone (seconds since the epoch)
@@ -168,7 +169,7 @@ def watch_rank(process) -> WatchRank:
                      power_limit_of_default_pct=[_share(s.get("power_limit_w"), s.get("power_default_limit_w"))
                                                  for s in g],
                      allowed_cpus=compress_cpulist(process.allowed_cpus) if process.allowed_cpus else None,
-                     ran_on_cpus=process.ran_on,
+                     ran_on_cpus=process.ran_on, cpu_pressure_pct=process.cpu_pressure_pct,
                      tensor_active_pct=[s.get("tensor_active_pct") for s in g], ended=process.ended,
                      ended_at=process.ended_at, stack_sigs=process.stack_sigs, sites=process.sites,
                      host=process.host)

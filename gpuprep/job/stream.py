@@ -59,6 +59,10 @@ def _numbers(values: list) -> bool:
     return True
 
 
+def _percent(v) -> bool:
+    return type(v) in (int, float) and 0 <= v <= 100
+
+
 def _each(test):
     """A series' test from one element's: every element passes."""
     def series(values: list) -> bool:
@@ -74,7 +78,7 @@ def _each(test):
 SERIES = {"stacks": _each(lambda v: _text(v, 20)), "stack_sigs": _each(lambda v: v is None or _text(v, 40)),
           "sites": _each(lambda v: type(v) is list and len(v) == 2 and all(x is None or _text(x) for x in v)),
           "cpu_pct": _numbers, "worker_cpu_pct": _numbers, "worker_running_pct": _numbers,
-          "worker_disk_wait_pct": _numbers, "cpu_seconds": _numbers,
+          "worker_disk_wait_pct": _numbers, "cpu_seconds": _numbers, "cpu_pressure_pct": _each(_percent),
           "switches": _each(lambda v: type(v) is int and 0 <= v < 1 << 62), "stopped": _each(lambda v: type(v) is bool),
           "gpu_samples": _each(_gpu_sample), "ran_on": _each(_cpus)}
 # RankProcess's single values: the test each must pass

@@ -58,6 +58,9 @@ class RankProcess:
     gpu_uuid: Optional[str] = None
     allowed_cpus: Optional[List[int]] = None    # the CPUs the rank may run on (its affinity: a binding, a cpuset)
     ran_on: List[List[int]] = field(default_factory=list)   # per sample: the CPUs the rank and its workers were on
+    # per sample: its node's CPU pressure (the kernel's PSI, "some avg10": the share of the last 10 s in which some
+    # runnable task waited for a CPU), the same for every rank of the node; a node held by other work shows it
+    cpu_pressure_pct: List[float] = field(default_factory=list)
     ended: bool = False
     ended_at: Optional[float] = None        # when the watch first saw it gone (seconds since the epoch)
     stack_sigs: List[Optional[str]] = field(default_factory=list)   # per stack sample: the stack's fingerprint
@@ -198,6 +201,26 @@ def _source_line(path: str, line: Optional[int]) -> Optional[str]:
 STOPPED_STATES = ("stopped", "tracing-stop")     # psutil's words for T and t
 
 
+PSI_CPU = "/proc/pressure/cpu"
+
+
+def cpu_pressure(path: str = PSI_CPU) -> Optional[float]:
+    """The node's CPU pressure now: "some avg10" of the kernel's pressure stall information (Linux 4.20+,
+    Documentation/accounting/psi.rst), in %. None where the kernel keeps none (built without PSI, or psi=0: the
+    file is missing or refuses to be read)."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(4096).decode("ascii", "replace")
+    except OSError:
+        return None
+    match = _PSI_SOME.search(text)
+    value = float(match.group(1)) if match else None
+    return value if value is not None and value <= 100 else None
+
+
+_PSI_SOME = re.compile(r"^some avg10=(\d{1,3}\.\d\d) ", re.M)
+
+
 def _state(proc) -> Optional[str]:
     """psutil's word for the process's state now (running, sleeping, disk-sleep, ...); None when it is gone."""
     try:
@@ -246,6 +269,7 @@ class Watcher:
         gpu_pids = {pid for g in gpus or [] for pid in g.get("pids") or []}
         self._rediscover(gpu_pids)
         now = time.monotonic()
+        pressure = cpu_pressure()
         for rank in self.ranks:
             try:
                 proc = psutil.Process(rank.pid)
@@ -257,6 +281,8 @@ class Watcher:
                 continue
             self._cpu(rank, proc, workers, now)
             self._placement(rank, proc, workers)
+            if pressure is not None:
+                rank.cpu_pressure_pct.append(pressure)
             stack = self.stacks.sample(rank.pid)
             if stack:
                 rank.stacks.append(stack.kind)

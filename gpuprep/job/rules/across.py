@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 from ...rules import Finding
-from ..judge import Job, job_rule, limit
+from ..judge import Job, _median, _watched, job_rule, limit
 
 
 def _groups(job: Job) -> Dict[str, Dict[int, object]]:
@@ -128,10 +128,6 @@ ACTION_IDS = frozenset({"job.drained"})
 FAILED_STATES = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "TIMEOUT", "CANCELLED")
 
 
-def _watched(job: Job):
-    return job.watch.ranks if job.watch else []
-
-
 def _who(rank) -> str:
     where = f" on {rank.host}" if rank.host else ""
     return f"rank {rank.rank}{where} (pid {rank.pid})" if rank.rank is not None else f"pid {rank.pid}{where}"
@@ -228,11 +224,40 @@ def _node_signs(job: Job, rank) -> List[str]:
                      f"{len(held)} samples".replace("GPU  ", "GPU "))
     if rank.node_lost:
         signs.append("its node stopped answering")
+    contended = _cpu_contended(job, rank)
+    if contended:
+        signs.append(contended)
     node = (job.watch.nodes or {}).get(rank.host) if job.watch else None
     for problem in (node or {}).get("problems", []):
         if problem["severity"] == "fail" and problem["id"].split(".")[0] in NODE_AREAS:
             signs.append(f"{problem['id']} ({problem['subject']}): {problem['message'][:160]}")
     return signs
+
+
+def _node_pressure(ranks) -> Optional[float]:
+    """A node's CPU pressure over the later half of the watch (its ranks' readings: the same node-wide value)."""
+    series = max((r.cpu_pressure_pct for r in ranks), key=len, default=[])
+    return _median(series[len(series) // 2:]) if series else None
+
+
+def _cpu_contended(job: Job, rank) -> Optional[str]:
+    """The rank's node is short of CPU while the job's other nodes are not: its CPU pressure (PSI, some avg10) at
+    node_cpu_pressure_pct or more, and node_pressure_ratio times the other nodes' median. Judged against the job's
+    own other nodes only: they run the same code, so what only this node shows is the node's (another process, a
+    smaller cpuset). A loaded host under every node alike, or no other node to compare with, is no sign."""
+    by_host: Dict[str, list] = {}
+    for r in _watched(job):
+        if r.host:
+            by_host.setdefault(r.host, []).append(r)
+    own = _node_pressure(by_host.get(rank.host, []))
+    others = [p for p in (_node_pressure(rs) for host, rs in by_host.items() if host != rank.host) if p is not None]
+    if own is None or not others or own < limit("node_cpu_pressure_pct"):
+        return None
+    usual = _median(others)
+    if own < limit("node_pressure_ratio") * usual:
+        return None
+    return (f"its CPUs are contended: some task waited for a CPU {own:.0f}% of the time there (PSI), against "
+            f"{usual:.0f}% on the job's other {len(others)} node(s)")
 
 
 @job_rule("job.node-or-code")
