@@ -312,7 +312,7 @@ def test_another_users_job_without_ptrace_drops_stacks_and_environ_with_one_line
     job = subprocess.Popen([sys.executable, "-c", OTHER_USERS_JOB])
     try:
         deadline = time.monotonic() + 60
-        while f"Uid:\t65534" not in open(f"/proc/{job.pid}/status").read():     # the job is another user's now
+        while "Uid:\t65534" not in open(f"/proc/{job.pid}/status").read():     # the job is another user's now
             assert time.monotonic() < deadline, "the job never changed its user"
             time.sleep(0.05)
         done = subprocess.run(no_ptrace + ["-m", "gpuprep", "watch", "--json", "--pid", str(job.pid), "--duration", "4"],

@@ -383,11 +383,10 @@ def run_memory_check(torch, device, use_cuda, requested_bytes=0):
     else:
         size = CPU_MEMORY_BYTES
     flip = os.environ.get("GPUPREP_BURNIN_TEST_FLIP_WORD")      # test-only: corrupt one word after writing
-    after_write = None
-    if flip is not None:
-        def after_write(pattern, buf):
-            if pattern == "random":
-                buf[int(flip)] ^= 1
+    def flipped(pattern, buf):
+        if pattern == "random":
+            buf[int(flip)] ^= 1
+    after_write = flipped if flip is not None else None
     sync = torch.cuda.synchronize if use_cuda else (lambda: None)
     return memory_check(torch, device, size, min(MEMORY_CHUNK, size) or MEMORY_CHUNK, after_write=after_write,
                         sync=sync)
