@@ -51,6 +51,7 @@ def merge_cost(nodes: int = 1000, ranks: int = 8, seconds: int = 20) -> float:
                 r.cpu_seconds.append(second * 0.9)
                 r.cpu_pct.append(90.0)
                 r.switches.append(second * 40)
+                r.cpu_pressure_pct.append(2.5)
                 r.gpu_samples.append({"uuid": f"GPU-{r.rank}", "gpu_util_pct": 97, "sm_clock_mhz": 1980,
                                       "max_sm_clock_mhz": 1980, "power_w": 650, "power_limit_w": 700,
                                       "memory_used_mib": 60000, "memory_total_mib": 81559, "throttle_reasons": []})
