@@ -445,13 +445,15 @@ def compare(before: Sequence[str], after: Sequence[str]) -> CompareResult:
 
 
 def watch(pid: Optional[int] = None, *, command: Optional[Sequence[str]] = None, seconds: Optional[float] = None,
-          interval: float = 1.0, node: Optional[Snapshot] = None, on_sample=None, job_stdout=None) -> JobResult:
+          interval: float = 1.0, node: Optional[Snapshot] = None, on_sample=None, job_stdout=None,
+          until: Optional[str] = None) -> JobResult:
     """Why a running job under-uses its GPUs, sampled from outside it without touching its code: `pid` (a torchrun
     agent, a rank, or any process whose children are the ranks), or `command`, which this starts (with NCCL's log
     and PyTorch's flight recorder on) and waits for. Samples every `interval` s for `seconds` (None: until the job
     ends or Ctrl-C). `node` (api.snapshot()) joins the node's facts. `on_sample(facts, findings)` is called per
     sample with the facts so far (job.facts.WatchFacts) and their findings (the verdict so far); `job_stdout`, where
-    a started job's output goes (None: this process's standard output)."""
+    a started job's output goes (None: this process's standard output). `until` (warn or fail, with `pid`): stop
+    once a problem that bad has stood for UNTIL_SAMPLES samples in a row."""
     from . import arguments as a
     from .job.run import watch_job
     if (pid is None) == (command is None):
@@ -464,9 +466,17 @@ def watch(pid: Optional[int] = None, *, command: Optional[Sequence[str]] = None,
     a.seconds("interval", interval)
     if node is not None and not isinstance(node, Snapshot):
         raise bad_argument("node", "must be a Snapshot (api.snapshot())")
+    if until is not None and command is not None:
+        raise bad_argument("until", "stops the watch, not a job it started: watch a running job by its pid")
     from .job.facts import JobFacts
     from .job.judge import Job, judge
-    so_far = (lambda facts: on_sample(facts, judge(Job(JobFacts([]), node, facts)))) if on_sample else None
+    standing = _Standing(until)
+
+    def so_far(facts) -> bool:
+        found = judge(Job(JobFacts([]), node, facts))
+        if on_sample:
+            on_sample(facts, found)
+        return standing.stands(found)
     facts = watch_job(pid, list(command) if command is not None else None, seconds, interval, so_far, job_stdout)
     return JobResult(facts, judge(Job(JobFacts([]), node, facts)), node)
 
@@ -480,7 +490,6 @@ def watch_slurm_job(job_id: str, *, seconds: Optional[float] = None, interval: f
     was first seen. `until` (warn or fail): stop once a problem that bad has stood for UNTIL_SAMPLES samples.
     `drain`: drain the node at fault (a node answer only)."""
     import time
-    from .rules import SEVERITY_RANK
     from . import arguments as a
     from .job.facts import JobFacts
     from .job.judge import Job, judge
@@ -489,26 +498,18 @@ def watch_slurm_job(job_id: str, *, seconds: Optional[float] = None, interval: f
     a.seconds("seconds", seconds, optional=True)
     a.seconds("interval", interval)
     a.flag("drain", drain)
-    if until not in (None, "warn", "fail"):
-        raise bad_argument("until", "is warn or fail")
     seen: dict = {}
-    standing: dict = {}
+    standing = _Standing(until)
     held: dict = {}
 
     def so_far(facts) -> bool:
         found = judge(Job(JobFacts([], facts.collectives), None, facts))
-        bad = {(f.id, f.subject) for f in found if until and SEVERITY_RANK[f.severity] <= SEVERITY_RANK[until]}
-        for key in list(standing):
-            if key not in bad:
-                del standing[key]
-        for key in bad:
-            standing[key] = standing.get(key, 0) + 1
         for f in found:
             if f.severity in ("warn", "fail"):
                 seen.setdefault((f.id, f.subject), (round(facts.seconds, 1), round(time.time(), 3)))
         if on_sample:
             on_sample(facts, found)
-        if not any(n >= UNTIL_SAMPLES for n in standing.values()):
+        if not standing.stands(found):
             return False
         # the answer node or code rests on the node's own check, which arrives once it has run there: wait for it
         # (bounded), so that a problem seen early is not left "not known" only for being seen early
@@ -547,6 +548,24 @@ def watch_inventory_job(inventory: str, master: str, *, seconds: float, interval
 UNTIL_SAMPLES = 3       # watch --until: a problem must stand this many samples in a row (one odd sample is noise)
 NODE_CHECK_WAIT_S = 90  # watch --until: how long a standing problem waits for its node's own check (minutes, if
                         # ever, means the check hangs there; the answer is then "not known", and says why)
+
+
+class _Standing:
+    """watch --until: whether a problem this bad (warn or fail; None: never) has stood for UNTIL_SAMPLES samples in
+    a row, fed each sample's findings."""
+
+    def __init__(self, until: Optional[str]):
+        if until not in (None, "warn", "fail"):
+            raise bad_argument("until", "is warn or fail")
+        self.until, self.counts = until, {}
+
+    def stands(self, found) -> bool:
+        from .rules import SEVERITY_RANK
+        if self.until is None:
+            return False
+        bad = {(f.id, f.subject) for f in found if SEVERITY_RANK[f.severity] <= SEVERITY_RANK[self.until]}
+        self.counts = {key: self.counts.get(key, 0) + 1 for key in bad}
+        return any(n >= UNTIL_SAMPLES for n in self.counts.values())
 
 
 def _node_check_due(facts, found) -> bool:

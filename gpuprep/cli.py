@@ -339,9 +339,9 @@ def diagnose(traces, node_sources, live_node, compare, fmt, as_json, output, ver
                                       "children are the ranks.")
 @click.option("--job", "job_id", metavar="JOBID", help="Watch this running Slurm job on all its nodes: one watcher a "
               "node, started as a step of the job (srun --overlap), merged here.")
-@click.option("--until", type=click.Choice(["warn", "fail"]), help="With --job: stop once a problem this bad (or "
-              "worse) has stood for 3 samples (and the culprit node's own check has arrived, up to 90 s more), and "
-              "report (for automation: exit 1 on fail).")
+@click.option("--until", type=click.Choice(["warn", "fail"]), help="With --pid or --job: stop once a problem this "
+              "bad (or worse) has stood for 3 samples (with --job, and the culprit node's own check has arrived, up "
+              "to 90 s more), and report (for automation: exit 1 on fail). The job itself runs on.")
 @click.option("--drain", is_flag=True, help="With --job: drain the node found at fault (a node answer only), with "
                                             "the health check's reason format.")
 @click.option("--job-node", "job_node", metavar="JOBID", hidden=True,
@@ -378,24 +378,26 @@ def watch(command, pid, job_id, until, drain, job_node, inventory, master, node_
     seconds = parse_duration(duration, shortest=1) if duration else None
     if job_node or node_of:
         return _node_watcher(job_node, node_of, interval, seconds)
-    if (drain or until) and not job_id:
-        raise BadInput(f"--{'drain' if drain else 'until'} is for a job watched with --job: give --job JOBID")
+    if drain and not job_id:
+        raise BadInput("--drain is for a job watched with --job: give --job JOBID")
+    if until and (inventory or master or not (job_id or pid)):
+        raise BadInput("--until stops the watch, not the job: it is for a running job watched with --pid or --job")
     if job_id:
         return _watch_job(job_id, seconds, interval, until, drain, fmt, output, verbose)
     if inventory or master:
         return _watch_inventory(inventory, master, seconds, interval, fmt, output, verbose)
     node = api.snapshot(list(node_sources)) if node_sources else api.snapshot(docker=False) if live_node else None
-    return _watch_here(pid, command, node, seconds, interval, fmt, output, verbose)
+    return _watch_here(pid, command, node, seconds, interval, until, fmt, output, verbose)
 
 
-def _watch_here(pid, command, node, seconds, interval, fmt, output, verbose) -> int:
+def _watch_here(pid, command, node, seconds, interval, until, fmt, output, verbose) -> int:
     """watch --pid / watch -- COMMAND: the job on this host."""
     from . import api
     live = _live_line if sys.stderr.isatty() and fmt == "text" and not output else None
     # a machine-read document on stdout keeps it to itself: the job's own output goes to stderr then
     job_stdout = sys.stderr if fmt != "text" and not output else None
     result = api.watch(pid, command=list(command) if command else None, seconds=seconds, interval=interval,
-                       node=node, on_sample=live, job_stdout=job_stdout)
+                       node=node, on_sample=live, job_stdout=job_stdout, until=until)
     document = result.document()
     _emit(document, fmt, output, verbose)
     return _watch_exit(result.facts, document)

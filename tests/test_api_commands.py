@@ -86,6 +86,8 @@ def test_the_probe_zipapp_and_watch(tmp_path):
     lambda: api.revert("hosts", local=True),
     lambda: api.burnin(-1),
     lambda: api.launch([]),
+    lambda: api.watch(os.getpid(), until="soon"),                       # warn or fail
+    lambda: api.watch(command=[sys.executable, "-c", "pass"], until="warn"),  # would stop the watch, not the job
 ])
 def test_the_commands_that_change_a_host_refuse_bad_arguments_before_acting(call):
     """apply, revert, burnin and launch run for real in their own tests (containers, torchrun); here: callable

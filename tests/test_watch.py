@@ -155,11 +155,26 @@ def test_a_healthy_job_on_a_busy_gpu_gets_no_verdict(tmp_path):
 @needs_pyspy
 @pytest.mark.slow
 def test_the_slow_rank_of_a_ddp_job_is_the_straggler(tmp_path):
-    done, doc = watched(["--", *torchrun("ddp", 250, tmp_path)], env={"TRAIN_STEPS": "250", "SLOW_RANK": "1"})
+    """A running job watched until its verdict stands (--until warn): how many samples that takes is the rule's to
+    say (10 of every rank), whatever the host's load; --duration is only a hang guard. The job itself runs on."""
+    job = subprocess.Popen(torchrun("ddp", 100000, tmp_path), env=dict(os.environ, TRAIN_STEPS="100000", SLOW_RANK="1"),
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert job.stdout.readline().strip() == "TRAINING"        # watched from the loop on, not the imports
+        done, doc = watched(["--pid", str(job.pid), "--until", "warn", "--duration", "170"], timeout=240)
+        assert job.poll() is None, "the watch stopped the job"
+    finally:
+        kill_tree(job)
     assert sorted(r["rank"] for r in doc["ranks"]) == [0, 1]
-    assert warned(doc) == [("job.straggler", "rank 1")]
-    # the job's own exit passes through (a gloo rank can abort in its teardown on a loaded host: not the verdict's)
-    assert done.returncode == (doc["exit_code"] or 0)
+    assert warned(doc) == [("job.straggler", "rank 1")], doc["findings"]
+    assert done.returncode == 0 and doc["exit_code"] is None      # a warning; the job's exit is not the watch's
+    assert min(r["stack_samples"] for r in doc["ranks"]) >= 10        # the rule's minimum, after the start-up
+
+
+def test_until_is_refused_where_it_would_not_stop_a_watch(tmp_path):
+    started = run_cli("watch", "--until", "warn", "--", sys.executable, "-c", "pass")
+    assert started.returncode == 2 and "--until stops the watch, not the job" in started.stderr, started.stderr
+    assert "Traceback" not in started.stderr
 
 
 @needs_pyspy

@@ -33,7 +33,7 @@ class _Stopped(Exception):
 def watch_job(pid: Optional[int], command: Optional[List[str]], seconds: Optional[float], interval: float,
               on_sample: Optional[Callable] = None, job_stdout=None) -> WatchFacts:
     """`job_stdout`: where a started job's standard output goes (None: this process's own); `on_sample(facts)` is
-    called after each sample with the facts so far. A started job runs in a process group of its own: a SIGTERM or
+    called after each sample with the facts so far, and stops the watch by returning True. A started job runs in a process group of its own: a SIGTERM or
     SIGINT to watch is forwarded to it once, it is waited for (STOP_GRACE_SECONDS, then killed), and the report is
     still written. Nothing is left in TMPDIR."""
     import shutil

@@ -366,13 +366,14 @@ class Watcher:
         return None
 
     def run(self, duration: Optional[float], finished: Callable[[], bool],
-            on_sample: Optional[Callable[["Watcher"], None]] = None) -> None:
+            on_sample: Optional[Callable[["Watcher"], Optional[bool]]] = None) -> None:
+        """Sample until `finished()`, `duration` s, every rank ended, or `on_sample(self)` returns True."""
         deadline = None if duration is None else self.started + duration
         while not finished() and (deadline is None or time.monotonic() < deadline):
             tick = time.monotonic()
             self.step()
-            if on_sample:
-                on_sample(self)
+            if on_sample and on_sample(self):
+                break
             if self.ranks and all(r.ended for r in self.ranks):
                 break
             self._until(tick + self.interval)
