@@ -105,6 +105,46 @@ def test_a_timestamp_no_clock_holds_is_one_line_naming_the_file(tmp_path, value)
     assert as_json.returncode == 2 and json.loads(as_json.stdout)["verdict"] == "error"
 
 
+@pytest.mark.parametrize("path", sorted(TRACES.glob("*/*.json.gz")), ids=lambda p: p.name[:40])
+def test_every_real_trace_reads_as_the_standard_librarys_json_reads_it(path):
+    """Whole pieces of Kineto's layout are decoded by orjson, the rest one by one: the events, in order, and the
+    other keys are exactly what json.loads of the whole text gives."""
+    from gpuprep.job.reader import read_trace
+    whole = json.loads(gzip.open(path, "rt").read())
+    events = []
+    trace = read_trace(str(path), events.append)
+    assert trace.complete and trace.events == len(events)
+    assert events == whole.pop("traceEvents") and trace.meta == whole
+
+
+@pytest.mark.parametrize("edit, expect", [
+    # a lone surrogate in a name (orjson refuses it; Python's json reads it): the piece is read one by one
+    (lambda t, at: t[:at] + '"note": "\\ud800x", ' + t[at:], "read"),
+    # an event that is a number, inside a piece: named with its byte offset and index
+    (lambda t, at: t[:t.rindex("\n  {", 0, at) + 3] + "7,\n  " + t[t.rindex("\n  {", 0, at) + 3:],
+     "is not an object"),
+    # damage inside a piece: the byte offset of the damage
+    (lambda t, at: t[:at] + "}}}" + t[at:], "byte "),
+], ids=["lone-surrogate", "a-number", "damage"])
+def test_a_piece_orjson_does_not_read_is_read_or_named_one_event_at_a_time(tmp_path, edit, expect):
+    """The real trace with one edit in its middle (text only: no timing changed)."""
+    from gpuprep.errors import BadInput
+    from gpuprep.job.reader import read_trace
+    text = gzip.open(RESNET4, "rt").read()
+    at = text.index('"ph": ', len(text) // 2)
+    edited = tmp_path / "edited.json"
+    edited.write_text(edit(text, at))
+    events = []
+    if expect == "read":
+        trace = read_trace(str(edited), events.append)
+        whole = json.loads(edited.read_text())["traceEvents"]
+        assert trace.complete and events == whole and any(e.get("note") == "\ud800x" for e in events)
+    else:
+        with pytest.raises(BadInput, match=expect) as refused:
+            read_trace(str(edited), events.append)
+        assert "edited.json: " in str(refused.value) and len(events) < text.count('"ph": ')
+
+
 def test_two_documents_in_one_file_are_refused(tmp_path):
     text = gzip.open(RESNET4, "rt").read()
     both = tmp_path / "both.json"

