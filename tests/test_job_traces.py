@@ -220,3 +220,17 @@ def test_the_html_report_draws_a_row_per_rank_over_the_steps_in_a_real_browser(t
     from PIL import Image
     image = Image.open(tmp_path / "diagnose.png").convert("RGB")
     assert image.getbbox() is not None
+
+
+def test_the_overlap_of_communication_and_compute_is_each_pair_of_their_intervals():
+    """The exposed-communication sum intersects two merged interval lists in one pass: the same intervals as every
+    pair of them, on random lists (seeded) with shared ends and nested spans."""
+    import random
+    from gpuprep.job.metrics import _intersection, _merged
+    draw = random.Random(44)
+    for _ in range(300):
+        a, b = ([(s, s + draw.choice([0, 1, 3, 10])) for s in (draw.randrange(100) for _ in range(draw.randrange(12)))]
+                for _ in range(2))
+        a, b = _merged(a), _merged(b)
+        pairs = _merged([(max(x, y), min(u, v)) for x, u in a for y, v in b if min(u, v) > max(x, y)])
+        assert _intersection(a, b) == pairs, (a, b)

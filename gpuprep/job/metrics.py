@@ -190,19 +190,24 @@ def _length(intervals: List[Tuple[float, float]]) -> float:
     return sum(b - a for a, b in intervals)
 
 
-def _overlap(a: List[Tuple[float, float]], b: List[Tuple[float, float]]) -> float:
-    """Total length of the intersection of two merged, sorted interval lists."""
+def _intersection(a: List[Tuple[float, float]], b: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+    """The intersection of two merged, sorted interval lists: merged and sorted itself (one pass over both)."""
     i = j = 0
-    total = 0.0
+    out = []
     while i < len(a) and j < len(b):
         lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
         if hi > lo:
-            total += hi - lo
+            out.append((lo, hi))
         if a[i][1] < b[j][1]:
             i += 1
         else:
             j += 1
-    return total
+    return out
+
+
+def _overlap(a: List[Tuple[float, float]], b: List[Tuple[float, float]]) -> float:
+    """Total length of the intersection of two merged, sorted interval lists."""
+    return _length(_intersection(a, b))
 
 
 def _pct(part: float, whole: float) -> Optional[float]:
@@ -374,8 +379,7 @@ def exposed(ev: RankEvents, gpu: _Gpu, spans: List[Tuple[float, float]], sync) -
     comm = _merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "comm"])
     compute = _merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "compute"])
     inside = _merged(spans)
-    out["comm"] = _overlap(inside, comm) - _overlap(inside, _merged([(max(a, c), min(b, d)) for a, b in comm
-                                                                    for c, d in compute if min(b, d) > max(a, c)]))
+    out["comm"] = _overlap(inside, comm) - _overlap(inside, _intersection(comm, compute))
     pageable = [(r[0], r[1]) for r in gpu.rows if gpu.flag(r[4], "pageable", lambda name: bool(_PAGEABLE_H2D.match(name)))]
     out["h2d_pageable"] = _overlap(inside, _merged(pageable))
     return out
