@@ -259,10 +259,10 @@ def temporal(gpu: _Gpu) -> Dict[str, Optional[float]]:
     span = merged[-1][1] - merged[0][0]
     idle = span - _length(merged)
     kinds = [gpu.flag(r[4], "kind", _kind) for r in gpu.rows]
-    compute = _length(_merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "compute"]))
+    compute_merged = _merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "compute"])
+    compute = _length(compute_merged)
     comm = _merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "comm"])
     comm_time = _length(comm)
-    compute_merged = _merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "compute"])
     return {"span_ms": round(span / 1000, 3), "idle_pct": _pct(idle, span), "compute_pct": _pct(compute, span),
             "non_compute_pct": _pct(span - compute - idle, span),
             "comm_pct": _pct(comm_time, span) if comm else None,

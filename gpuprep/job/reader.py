@@ -23,6 +23,7 @@ import orjson
 from ..errors import BadInput
 
 CHUNK = 1 << 20
+PIECE = 128 << 10               # the text decoded at once (its events are held together): 128 KiB is as fast as more
 MAX_VALUE = 16 << 20            # one event, or one top-level value other than traceEvents
 MAX_DECOMPRESSED = 16 << 30     # a trace beyond this is refused, not read for hours
 BOMB_RATIO = 500                # Kineto JSON compresses 10-30x; past 4 MiB, a higher ratio is a gzip bomb
@@ -315,9 +316,11 @@ def _piece(buf: str, at: int):
     how far the one-by-one path reads before a piece is tried again): no seam there, or the piece is not a JSON list
     of objects that orjson reads (NaN, a lone surrogate, damage), which the one-by-one path reads or names with its
     exact offset."""
-    seam = buf.rfind(_SEAM, at)
+    seam = buf.rfind(_SEAM, at, at + PIECE)
     if seam < 0:
-        return None, len(buf)
+        seam = buf.find(_SEAM, at)          # an event longer than a piece: a piece of its own
+        if seam < 0:
+            return None, len(buf)
     try:
         events = orjson.loads("[" + buf[at:seam + 4] + "]")
     except orjson.JSONDecodeError:
