@@ -67,8 +67,7 @@ def test_sigterm_to_watch_reaches_the_job_and_the_report_is_written(tmp_path):
     watch = subprocess.Popen([sys.executable, "-m", "gpuprep", "watch", "-o", str(report), "--", sys.executable, "-c",
                               TERM_AWARE, str(got), str(started)], env=env, cwd=REPO,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(started, watch)
-    time.sleep(0.5)             # past the watch's first sample: the job is being watched, not starting
+    _wait_for(started, watch)     # the job runs: watch's handler was set before it started (no sleep: any moment)
     watch.send_signal(signal.SIGTERM)
     out, err = watch.communicate(timeout=120)
     assert got.read_text() == str(int(signal.SIGTERM))              # the job was told, once, and stopped itself
