@@ -38,7 +38,6 @@ def diagnose_traces(paths: List[str]) -> JobFacts:
         import gc
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
-        from . import metrics  # noqa: F401 (imported once before the fork: its pages shared, not one copy a worker)
         # the workers are forked: what the parent holds is shared until written, and frozen objects are never
         # touched by a worker's garbage collector, so their pages stay shared (8 MiB less over 8 ranks, in PSS)
         gc.freeze()
