@@ -5,6 +5,7 @@ said at each), never the original and never an invented GPU trace."""
 import gzip
 import json
 import os
+import shutil
 
 import pytest
 
@@ -107,41 +108,45 @@ def test_a_timestamp_no_clock_holds_is_one_line_naming_the_file(tmp_path, value)
 
 @pytest.mark.parametrize("path", sorted(TRACES.glob("*/*.json.gz")), ids=lambda p: p.name[:40])
 def test_every_real_trace_reads_as_the_standard_librarys_json_reads_it(path):
-    """Whole pieces of Kineto's layout are decoded by orjson, the rest one by one: the events, in order, and the
-    other keys are exactly what json.loads of the whole text gives."""
-    from gpuprep.job.reader import read_trace
+    """Whole pieces of Kineto's layout are decoded by msgspec, the rest one by one: the events, in order (in the
+    fields the metrics read), and the other keys are exactly what json.loads of the whole text gives."""
+    from gpuprep.job.reader import read_trace, typed
     whole = json.loads(gzip.open(path, "rt").read())
     events = []
-    trace = read_trace(str(path), events.append)
+    trace = read_trace(str(path), events.extend)
     assert trace.complete and trace.events == len(events)
-    assert events == whole.pop("traceEvents") and trace.meta == whole
+    assert events == [typed(e) for e in whole.pop("traceEvents")] and trace.meta == whole
 
 
 @pytest.mark.parametrize("edit, expect", [
-    # a lone surrogate in a name (orjson refuses it; Python's json reads it): the piece is read one by one
-    (lambda t, at: t[:at] + '"note": "\\ud800x", ' + t[at:], "read"),
+    # an event whose args are a list (not the shape msgspec decodes; Python's json reads it): read one by one,
+    # its args as none
+    (lambda t, at: t[:at] + '"args": [1], ' + t[t.index('"args": {', at):].replace('"args": {', '"extra": {', 1),
+     "read"),
     # an event that is a number, inside a piece: named with its byte offset and index
     (lambda t, at: t[:t.rindex("\n  {", 0, at) + 3] + "7,\n  " + t[t.rindex("\n  {", 0, at) + 3:],
      "is not an object"),
     # damage inside a piece: the byte offset of the damage
     (lambda t, at: t[:at] + "}}}" + t[at:], "byte "),
-], ids=["lone-surrogate", "a-number", "damage"])
-def test_a_piece_orjson_does_not_read_is_read_or_named_one_event_at_a_time(tmp_path, edit, expect):
+], ids=["args-a-list", "a-number", "damage"])
+def test_a_piece_msgspec_does_not_read_is_read_or_named_one_event_at_a_time(tmp_path, edit, expect):
     """The real trace with one edit in its middle (text only: no timing changed)."""
     from gpuprep.errors import BadInput
-    from gpuprep.job.reader import read_trace
+    from gpuprep.job.reader import read_trace, typed
     text = gzip.open(RESNET4, "rt").read()
     at = text.index('"ph": ', len(text) // 2)
     edited = tmp_path / "edited.json"
     edited.write_text(edit(text, at))
     events = []
     if expect == "read":
-        trace = read_trace(str(edited), events.append)
+        trace = read_trace(str(edited), events.extend)
         whole = json.loads(edited.read_text())["traceEvents"]
-        assert trace.complete and events == whole and any(e.get("note") == "\ud800x" for e in events)
+        assert trace.complete and events == [typed(e) for e in whole]
+        assert any(e.get("args") == [1] for e in whole) and sum(e.args is None for e in events) > \
+            sum("args" not in e for e in whole)
     else:
         with pytest.raises(BadInput, match=expect) as refused:
-            read_trace(str(edited), events.append)
+            read_trace(str(edited), events.extend)
         assert "edited.json: " in str(refused.value) and len(events) < text.count('"ph": ')
 
 
@@ -234,3 +239,20 @@ def test_the_overlap_of_communication_and_compute_is_each_pair_of_their_interval
         a, b = _merged(a), _merged(b)
         pairs = _merged([(max(x, y), min(u, v)) for x, u in a for y, v in b if min(u, v) > max(x, y)])
         assert _intersection(a, b) == pairs, (a, b)
+
+
+def test_ranks_read_by_several_processes_are_what_one_process_reads_and_a_damaged_one_is_named(tmp_path):
+    """A directory of ranks is read by this process and forked children, meeting in the middle: each rank's facts are
+    what reading it alone gives, in rank order; one rank damaged in its middle stops the job with its own name."""
+    from gpuprep.job import _rank, _read_ranks
+    names = [RESNET4, CONTROL, CPU_ONLY, TRACES / "kineto-resnet50" / "v100-num_workers_0.pt.trace.json.gz"]
+    files = [str(shutil.copy(source, tmp_path / f"rank{k}.pt.trace.json.gz")) for k, source in enumerate(names)]
+    alone = [_rank(path).to_dict() for path in files]
+    assert [r.to_dict() for r in _read_ranks(files, 2)] == alone == [r.to_dict() for r in _read_ranks(files, 3)]
+    text = gzip.open(RESNET4, "rt").read()
+    at = text.index('"ph": ', len(text) // 2)
+    (tmp_path / "rank2.pt.trace.json.gz").unlink()
+    (tmp_path / "rank2.pt.trace.json").write_text(text[:at] + "}}}" + text[at:])
+    done = run_cli("diagnose", str(tmp_path), timeout=120)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "rank2.pt.trace.json: byte " in done.stderr

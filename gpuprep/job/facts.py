@@ -6,8 +6,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from ..parsers.values import compress_cpulist
-
 
 @dataclass
 class RankFacts:
@@ -147,6 +145,7 @@ def _share(part, whole) -> Optional[float]:
 
 def watch_rank(process) -> WatchRank:
     """A watch.RankProcess's samples as typed facts (percentages against each GPU's own maxima)."""
+    from ..parsers.values import compress_cpulist      # here: diagnose, which never needs it, starts faster without
     from .stacks import shares, steady
     g = process.gpu_samples
     kept = steady(process.stacks)

@@ -8,6 +8,8 @@ a CPU event that started before the last ProfilerStep are kept. Only the events 
 """
 from __future__ import annotations
 
+import bisect
+import functools
 import math
 import re
 import statistics
@@ -15,7 +17,7 @@ from array import array
 from typing import Dict, List, Optional, Tuple
 
 from .facts import RankFacts
-from .reader import TraceFile, host_of
+from .reader import Args, Event, TraceFile, host_of
 
 # HTA (hta/utils/utils.py): kernel types by name
 _COMM = re.compile(r"^nccl.*Kernel")
@@ -83,43 +85,47 @@ class RankEvents:
             self.name_list.append(name)
         return found
 
-    def add(self, event: dict) -> None:
-        """One event (called for each of millions: the common case is kept short)."""
-        ph = event.get("ph")
-        if ph != "X":       # HTA keeps only events with a duration: complete ('X') events
-            if ph == "i" and event.get("name") == "[memory]":
-                self._memory(event.get("args"))
-            return
-        ts, dur, cat, name = event.get("ts"), event.get("dur"), event.get("cat"), event.get("name")
-        if type(ts) not in _NUMBERS or type(dur) not in _NUMBERS or cat is None or cat == "Trace" or \
-                type(name) is not str:
-            return
-        if not (-_CLOCK < ts < _CLOCK and -_CLOCK < dur < _CLOCK):      # NaN compares false too
-            raise ClockError(f"{name[:60]!r}: ts {str(ts)[:24]}, dur {str(dur)[:24]}: no time a clock holds")
-        if type(ts) is float:
-            self.float_ts = True
-        args = event.get("args")
-        if type(args) is not dict:
-            args = {}
-        stream, corr = args.get("stream", -1), args.get("correlation", -1)
-        stream = stream if type(stream) is int else _int(stream)
-        corr = corr if type(corr) is int else _int(corr)
-        if stream != -1:
-            self.g_ts.append(ts)
-            self.g_dur.append(dur)
-            self.g_stream.append(stream)
-            self.g_corr.append(corr)
-            self.g_name.append(self._name_id(name))
-            self.g_kernel_cat.append(cat in _KERNEL_CATS)
-            return
-        self._cpu(ts, dur, name, corr)
+    def add(self, events: List[Event]) -> None:
+        """A batch of events, in file order (millions of them: the loop binds what it calls, and the common cases
+        come first)."""
+        g_ts, g_dur, g_stream, g_corr = self.g_ts.append, self.g_dur.append, self.g_stream.append, self.g_corr.append
+        g_name, g_kernel_cat, name_id = self.g_name.append, self.g_kernel_cat.append, self._name_id
+        cpu_corr, kinds, numbers = self.cpu_corr, self._cpu_kinds, _NUMBERS
+        for event in events:
+            ph = event.ph
+            if ph != "X":       # HTA keeps only events with a duration: complete ('X') events
+                if ph == "i" and event.name == "[memory]" and event.args is not None:
+                    self._memory(event.args)
+                continue
+            ts, dur, cat, name = event.ts, event.dur, event.cat, event.name
+            if type(ts) not in numbers or type(dur) not in numbers or cat is None or cat == "Trace" or \
+                    type(name) is not str:
+                continue
+            if not (-_CLOCK < ts < _CLOCK and -_CLOCK < dur < _CLOCK):      # NaN compares false too
+                raise ClockError(f"{name[:60]!r}: ts {str(ts)[:24]}, dur {str(dur)[:24]}: no time a clock holds")
+            if type(ts) is float:
+                self.float_ts = True
+            args = event.args
+            stream, corr = (-1, -1) if args is None else (args.stream, args.correlation)
+            stream = stream if type(stream) is int else _int(stream)
+            corr = corr if type(corr) is int else _int(corr)
+            if stream == -1:        # a CPU event: its launch time, and what it is where a rule needs it
+                if corr >= 0 and name not in ("Event Sync", "Context Sync"):
+                    cpu_corr[corr] = ts
+                kind = kinds.get(name)
+                if kind is None:
+                    kind = kinds[name] = _cpu_kind(name)
+                if kind != "other":
+                    self._cpu(kind, ts, dur, name, corr)
+                continue
+            g_ts(ts)
+            g_dur(dur)
+            g_stream(stream)
+            g_corr(corr)
+            g_name(name_id(name))
+            g_kernel_cat(cat in _KERNEL_CATS)
 
-    def _cpu(self, ts: float, dur: float, name: str, corr: int) -> None:
-        if corr >= 0 and name not in ("Event Sync", "Context Sync"):
-            self.cpu_corr[corr] = ts
-        kind = self._cpu_kinds.get(name)
-        if kind is None:
-            kind = self._cpu_kinds[name] = _cpu_kind(name)
+    def _cpu(self, kind: str, ts: float, dur: float, name: str, corr: int) -> None:
         if kind == "step":
             self.steps.append((ts, dur, int(_STEP.fullmatch(name).group(1))))
         elif kind == "dataloader":
@@ -135,11 +141,9 @@ class RankEvents:
         elif kind == "copy_op":
             self.copy_ops.append((ts, dur, name))
 
-    def _memory(self, args) -> None:
-        if not isinstance(args, dict):
-            return
-        device, total = _int(args.get("Device Id")), args.get("Total Allocated")
-        if device >= 0 and _number(total) and args.get("Device Type") in (1, None):
+    def _memory(self, args: Args) -> None:
+        device, total = _int(args.device_id), args.total_allocated
+        if device >= 0 and _number(total) and args.device_type in (1, None):
             self.memory_peak[device] = max(self.memory_peak.get(device, 0), int(total))
 
 
@@ -236,6 +240,7 @@ class _Gpu:
         self.rows = rows
         self.names = ev.name_list
         self._flags: Dict[tuple, bool] = {}
+        self._by_kind: Dict[str, List[Tuple[float, float]]] = {}
 
     def launched_at(self, corr: int) -> Optional[float]:
         """When the CPU event with this correlation (the launch of a GPU event) started, rounded as HTA rounds."""
@@ -253,6 +258,19 @@ class _Gpu:
     def is_gemm(self, name_id: int) -> bool:
         return self.flag(name_id, "gemm", lambda name: bool(_GEMM.search(name)))
 
+    @functools.cached_property
+    def busy(self) -> List[Tuple[float, float]]:
+        """When any GPU event ran, merged."""
+        return _merged([(r[0], r[1]) for r in self.rows])
+
+    def merged(self, kind: str) -> List[Tuple[float, float]]:
+        """When the events of one kind (comm, compute, memory, other: `_kind`) ran, merged."""
+        found = self._by_kind.get(kind)
+        if found is None:
+            found = self._by_kind[kind] = _merged([(r[0], r[1]) for r in self.rows
+                                                   if self.flag(r[4], "kind", _kind) == kind])
+        return found
+
     def kernels(self) -> List[tuple]:
         """The kernels proper: kernel-category events that are not copies or memsets."""
         return [r for r in self.rows if r[5] and not self.flag(r[4], "memory", lambda name: bool(_MEMORY.match(name)))]
@@ -262,13 +280,12 @@ def temporal(gpu: _Gpu) -> Dict[str, Optional[float]]:
     """HTA's get_temporal_breakdown for one rank: idle, compute and non-compute shares of the GPU span."""
     if not gpu.rows:
         return {}
-    merged = _merged([(r[0], r[1]) for r in gpu.rows])
-    span = merged[-1][1] - merged[0][0]
-    idle = span - _length(merged)
-    kinds = [gpu.flag(r[4], "kind", _kind) for r in gpu.rows]
-    compute_merged = _merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "compute"])
+    busy = gpu.busy
+    span = busy[-1][1] - busy[0][0]
+    idle = span - _length(busy)
+    compute_merged = gpu.merged("compute")
     compute = _length(compute_merged)
-    comm = _merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "comm"])
+    comm = gpu.merged("comm")
     comm_time = _length(comm)
     return {"span_ms": round(span / 1000, 3), "idle_pct": _pct(idle, span), "compute_pct": _pct(compute, span),
             "non_compute_pct": _pct(span - compute - idle, span),
@@ -339,8 +356,7 @@ def blocking_copies(ev: RankEvents, gpu: _Gpu) -> List[Tuple[float, float, str]]
 
 def _busy_in(spans: List[Tuple[float, float]], gpu: _Gpu) -> float:
     """GPU time (any kernel, copy or memset) inside the step spans."""
-    busy = _merged([(r[0], r[1]) for r in gpu.rows])
-    return _overlap(_merged(spans), busy)
+    return _overlap(_merged(spans), gpu.busy)
 
 
 SYNC_DRAIN_US = 200     # an idle gap starting this close to a sync point's return: the queue drained at the sync
@@ -348,7 +364,7 @@ SYNC_DRAIN_US = 200     # an idle gap starting this close to a sync point's retu
 
 def _gaps(spans: List[Tuple[float, float]], gpu: _Gpu) -> List[Tuple[float, float]]:
     """The GPU's idle intervals inside the steps."""
-    busy = _merged([(r[0], r[1]) for r in gpu.rows])
+    busy = gpu.busy
     gaps, i = [], 0
     for a, b in _merged(spans):
         at = a
@@ -371,25 +387,29 @@ def exposed(ev: RankEvents, gpu: _Gpu, spans: List[Tuple[float, float]], sync) -
     returns (the queue drained there), else the host's other work (launches, Python). Exposed communication is the
     collective kernels' time that no compute overlaps."""
     loader = _merged([(t, t + d) for t, d in ev.dataloader])
+    loader_ends = [b for _, b in loader]
     sync_ends = sorted(t + d for t, d, _ in sync)
     out = {"dataloader": 0.0, "host_sync": 0.0, "host_other": 0.0}
-    import bisect
     for a, b in _gaps(spans, gpu):
         length = b - a
-        if _overlap([(a, b)], loader) > length / 2:
+        first = bisect.bisect_right(loader_ends, a)         # the first loader interval that ends after the gap opens
+        if _overlap([(a, b)], loader[first:first + _reach(loader, first, b)]) > length / 2:
             out["dataloader"] += length
             continue
         k = bisect.bisect_left(sync_ends, a - SYNC_DRAIN_US)
         drained = k < len(sync_ends) and sync_ends[k] <= a + SYNC_DRAIN_US
         out["host_sync" if drained else "host_other"] += length
-    kinds = [gpu.flag(r[4], "kind", _kind) for r in gpu.rows]
-    comm = _merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "comm"])
-    compute = _merged([(r[0], r[1]) for r, k in zip(gpu.rows, kinds) if k == "compute"])
+    comm, compute = gpu.merged("comm"), gpu.merged("compute")
     inside = _merged(spans)
     out["comm"] = _overlap(inside, comm) - _overlap(inside, _intersection(comm, compute))
     pageable = [(r[0], r[1]) for r in gpu.rows if gpu.flag(r[4], "pageable", lambda name: bool(_PAGEABLE_H2D.match(name)))]
     out["h2d_pageable"] = _overlap(inside, _merged(pageable))
     return out
+
+
+def _reach(merged: List[Tuple[float, float]], first: int, end: float) -> int:
+    """How many of merged[first:] start before `end`."""
+    return bisect.bisect_left(merged, (end,), lo=first) - first
 
 
 def step_metrics(ev: RankEvents, gpu: _Gpu) -> dict:
