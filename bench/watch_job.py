@@ -8,8 +8,6 @@ and the merge's cost at scale. Prints, side by side with the goals of issue 45:
   - the watched job's step time against the same job unwatched (healthy case, alternating pairs);
   - the CPU the merge and the judgement take for 1,000 nodes x 8 ranks of synthetic streams at one sample a second.
 `--merge-only` runs the last alone (no Docker needed)."""
-import json
-import os
 import statistics
 import sys
 import time
