@@ -241,6 +241,24 @@ def test_the_overlap_of_communication_and_compute_is_each_pair_of_their_interval
         assert _intersection(a, b) == pairs, (a, b)
 
 
+def test_a_launch_is_found_by_its_correlation_as_a_dict_finds_it():
+    """The CPU events' correlations, kept in two arrays and searched once sorted: on random ids (seeded), in order,
+    shuffled and repeated, each id finds the start of the last event that carried it, and an absent id finds none."""
+    import random
+    from gpuprep.job.metrics import _Launches
+    draw = random.Random(44)
+    for trial in range(200):
+        ids = sorted(draw.randrange(50) for _ in range(draw.randrange(40)))
+        if trial % 2:
+            draw.shuffle(ids)
+        launches, expected = _Launches(), {}
+        for k, corr in enumerate(ids):
+            launches.corr.append(corr)
+            launches.ts.append(float(k))
+            expected[corr] = float(k)
+        assert all(launches.start_of(corr) == expected.get(corr) for corr in range(-1, 52)), ids
+
+
 def test_ranks_read_by_several_processes_are_what_one_process_reads_and_a_damaged_one_is_named(tmp_path):
     """A directory of ranks is read by this process and forked children, meeting in the middle: each rank's facts are
     what reading it alone gives, in rank order; one rank damaged in its middle stops the job with its own name."""

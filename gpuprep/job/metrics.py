@@ -67,7 +67,7 @@ class RankEvents:
         self.g_ts, self.g_dur = array("d"), array("d")
         self.g_stream, self.g_corr, self.g_name = array("q"), array("q"), array("q")
         self.g_kernel_cat = array("b")
-        self.cpu_corr: Dict[int, float] = {}          # correlation -> start of the (last) CPU event carrying it
+        self.launches = _Launches()                   # the CPU events' correlations and starts
         self.steps: List[Tuple[float, float, int]] = []
         self.dataloader: List[Tuple[float, float]] = []
         self.sync: List[Tuple[float, float, str]] = []
@@ -90,7 +90,8 @@ class RankEvents:
         come first)."""
         g_ts, g_dur, g_stream, g_corr = self.g_ts.append, self.g_dur.append, self.g_stream.append, self.g_corr.append
         g_name, g_kernel_cat, name_id = self.g_name.append, self.g_kernel_cat.append, self._name_id
-        cpu_corr, kinds, numbers = self.cpu_corr, self._cpu_kinds, _NUMBERS
+        launch_corr, launch_ts = self.launches.corr.append, self.launches.ts.append
+        kinds, numbers = self._cpu_kinds, _NUMBERS
         for event in events:
             ph = event.ph
             if ph != "X":       # HTA keeps only events with a duration: complete ('X') events
@@ -107,11 +108,12 @@ class RankEvents:
                 self.float_ts = True
             args = event.args
             stream, corr = (-1, -1) if args is None else (args.stream, args.correlation)
-            stream = stream if type(stream) is int else _int(stream)
-            corr = corr if type(corr) is int else _int(corr)
+            stream = stream if type(stream) is int and -_ID < stream < _ID else _int(stream)
+            corr = corr if type(corr) is int and -_ID < corr < _ID else _int(corr)
             if stream == -1:        # a CPU event: its launch time, and what it is where a rule needs it
                 if corr >= 0 and name not in ("Event Sync", "Context Sync"):
-                    cpu_corr[corr] = ts
+                    launch_corr(corr)
+                    launch_ts(ts)
                 kind = kinds.get(name)
                 if kind is None:
                     kind = kinds[name] = _cpu_kind(name)
@@ -163,14 +165,40 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+_ID = 1 << 63       # stream and correlation ids are int64 in Kineto (and in HTA's frames)
+
+
 def _int(value) -> int:
-    """HTA's reading of stream and correlation: an int, else -1."""
+    """HTA's reading of stream and correlation: an int64, else -1."""
     if isinstance(value, bool):
         return -1
     try:
-        return int(value)
+        value = int(value)
     except (TypeError, ValueError, OverflowError):
         return -1
+    return value if -_ID < value < _ID else -1
+
+
+class _Launches:
+    """Each CPU event's correlation and start, in file order, in two arrays (as a dict of 25,000 they took 3 MiB):
+    looked up by binary search once sorted by correlation, the last event of one correlation winning, as in a dict."""
+
+    def __init__(self) -> None:
+        self.corr, self.ts = array("q"), array("d")
+        self._sorted = False
+
+    def start_of(self, corr: int) -> Optional[float]:
+        if not self._sorted:
+            self._sort()
+        k = bisect.bisect_right(self.corr, corr) - 1
+        return self.ts[k] if k >= 0 and self.corr[k] == corr else None
+
+    def _sort(self) -> None:
+        corr = self.corr
+        if any(corr[k] > corr[k + 1] for k in range(len(corr) - 1)):      # launched in order, mostly: no copy
+            order = sorted(range(len(corr)), key=corr.__getitem__)          # stable: file order within one id
+            self.corr, self.ts = array("q", [corr[k] for k in order]), array("d", [self.ts[k] for k in order])
+        self._sorted = True
 
 
 def _rounded(ts: float, dur: float, on: bool) -> Tuple[float, float]:
@@ -225,9 +253,9 @@ class _Gpu:
         rows = []
         steps = {n for _, _, n in ev.steps}
         last_step_start = max((_rounded(t, d, ev.float_ts)[0] for t, d, _ in ev.steps), default=None)
-        self._cpu_corr, self._float_ts = ev.cpu_corr, ev.float_ts
+        self._launches, self._float_ts = ev.launches, ev.float_ts
         # with two steps or more, the GPU events launched before the last step's start (HTA's cut); looked up per
-        # event, not as a set of every correlation (a set and a dict of 65,000: 1.5 of the 8 MiB this peaked at)
+        # event, not as a set of every correlation (a set of 65,000: 1 of the 8 MiB this peaked at)
         last = last_step_start if len(steps) >= 2 else None
         for k in range(len(ev.g_ts)):
             corr = ev.g_corr[k]
@@ -244,7 +272,7 @@ class _Gpu:
 
     def launched_at(self, corr: int) -> Optional[float]:
         """When the CPU event with this correlation (the launch of a GPU event) started, rounded as HTA rounds."""
-        at = self._cpu_corr.get(corr) if corr >= 0 else None
+        at = self._launches.start_of(corr) if corr >= 0 else None
         return None if at is None else _rounded(at, 0, self._float_ts)[0]
 
     def flag(self, name_id: int, what: str, test) -> bool:

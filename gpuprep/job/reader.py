@@ -23,7 +23,7 @@ import msgspec
 
 from ..errors import BadInput
 
-CHUNK = 1 << 20
+CHUNK = 256 << 10               # the text read at a time: as fast as 1 MiB, and 8 ranks' peak is 9 MiB less (PSS)
 PIECE = 128 << 10               # the text decoded at once (its events are held together): 128 KiB is as fast as more
 MAX_VALUE = 16 << 20            # one event, or one top-level value other than traceEvents
 MAX_DECOMPRESSED = 16 << 30     # a trace beyond this is refused, not read for hours
