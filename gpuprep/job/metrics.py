@@ -267,7 +267,7 @@ class _Gpu:
             rows.append((start, end, ev.g_stream[k], corr, ev.g_name[k], ev.g_kernel_cat[k]))
         self.rows = rows
         self.names = ev.name_list
-        self._flags: Dict[tuple, bool] = {}
+        self._by_name: Dict[str, list] = {}
         self._by_kind: Dict[str, List[Tuple[float, float]]] = {}
 
     def launched_at(self, corr: int) -> Optional[float]:
@@ -275,16 +275,12 @@ class _Gpu:
         at = self._launches.start_of(corr) if corr >= 0 else None
         return None if at is None else _rounded(at, 0, self._float_ts)[0]
 
-    def flag(self, name_id: int, what: str, test) -> bool:
-        """`test` of the name behind `name_id`, worked out once per name (kernel names repeat every step)."""
-        key = (name_id, what)
-        found = self._flags.get(key)
+    def of(self, what: str) -> list:
+        """_NAME_TESTS[what] of every GPU event name, by name id: worked out once per name (names repeat every step)."""
+        found = self._by_name.get(what)
         if found is None:
-            found = self._flags[key] = test(self.names[name_id])
+            found = self._by_name[what] = [_NAME_TESTS[what](name) for name in self.names]
         return found
-
-    def is_gemm(self, name_id: int) -> bool:
-        return self.flag(name_id, "gemm", lambda name: bool(_GEMM.search(name)))
 
     @functools.cached_property
     def busy(self) -> List[Tuple[float, float]]:
@@ -295,13 +291,14 @@ class _Gpu:
         """When the events of one kind (comm, compute, memory, other: `_kind`) ran, merged."""
         found = self._by_kind.get(kind)
         if found is None:
-            found = self._by_kind[kind] = _merged([(r[0], r[1]) for r in self.rows
-                                                   if self.flag(r[4], "kind", _kind) == kind])
+            kinds = self.of("kind")
+            found = self._by_kind[kind] = _merged([(r[0], r[1]) for r in self.rows if kinds[r[4]] == kind])
         return found
 
     def kernels(self) -> List[tuple]:
         """The kernels proper: kernel-category events that are not copies or memsets."""
-        return [r for r in self.rows if r[5] and not self.flag(r[4], "memory", lambda name: bool(_MEMORY.match(name)))]
+        memory = self.of("memory")
+        return [r for r in self.rows if r[5] and not memory[r[4]]]
 
 
 def temporal(gpu: _Gpu) -> Dict[str, Optional[float]]:
@@ -365,12 +362,23 @@ def _inside(spans: List[Tuple[float, float]], events) -> float:
     return sum(max(0.0, min(b, t + d) - max(a, t)) for a, b in spans for t, d, *_ in events)
 
 
+# what the metrics ask of a GPU event's name (_Gpu.of works each out once per name)
+_NAME_TESTS = {
+    "kind": _kind,
+    "memory": lambda name: bool(_MEMORY.match(name)),
+    "gemm": lambda name: bool(_GEMM.search(name)),
+    "tensor_core": lambda name: bool(_TENSOR_CORE.search(name)),
+    "pageable": lambda name: bool(_PAGEABLE_H2D.match(name)),
+    "to_pageable": lambda name: bool(_TO_PAGEABLE.match(name)),
+}
+
+
 def blocking_copies(ev: RankEvents, gpu: _Gpu) -> List[Tuple[float, float, str]]:
     """The copies to pageable host memory (the trace's own copy kind), as the host saw them: the runtime call held
     the host until the stream reached the copy, a host sync by another name. Named by the op they are part of
     (aten::to(cpu), aten::item, ...)."""
-    to_pageable = {r[3] for r in gpu.rows if r[3] >= 0 and gpu.flag(r[4], "to_pageable",
-                                                                     lambda name: bool(_TO_PAGEABLE.match(name)))}
+    copies_to_pageable = gpu.of("to_pageable")
+    to_pageable = {r[3] for r in gpu.rows if r[3] >= 0 and copies_to_pageable[r[4]]}
     if not to_pageable:
         return []
     out = []
@@ -421,7 +429,8 @@ def exposed(ev: RankEvents, gpu: _Gpu, spans: List[Tuple[float, float]], sync) -
     for a, b in _gaps(spans, gpu):
         length = b - a
         first = bisect.bisect_right(loader_ends, a)         # the first loader interval that ends after the gap opens
-        if _overlap([(a, b)], loader[first:first + _reach(loader, first, b)]) > length / 2:
+        near = loader[first:first + _reach(loader, first, b)]
+        if near and _overlap([(a, b)], near) > length / 2:
             out["dataloader"] += length
             continue
         k = bisect.bisect_left(sync_ends, a - SYNC_DRAIN_US)
@@ -430,7 +439,8 @@ def exposed(ev: RankEvents, gpu: _Gpu, spans: List[Tuple[float, float]], sync) -
     comm, compute = gpu.merged("comm"), gpu.merged("compute")
     inside = _merged(spans)
     out["comm"] = _overlap(inside, comm) - _overlap(inside, _intersection(comm, compute))
-    pageable = [(r[0], r[1]) for r in gpu.rows if gpu.flag(r[4], "pageable", lambda name: bool(_PAGEABLE_H2D.match(name)))]
+    from_pageable = gpu.of("pageable")
+    pageable = [(r[0], r[1]) for r in gpu.rows if from_pageable[r[4]]]
     out["h2d_pageable"] = _overlap(inside, _merged(pageable))
     return out
 
@@ -484,11 +494,12 @@ def kernel_metrics(ev: RankEvents, gpu: _Gpu) -> dict:
         return {}
     durations = [r[1] - r[0] for r in kernels]
     total = sum(durations)
-    gemm = [(r[1] - r[0], r[4]) for r in kernels if gpu.is_gemm(r[4])]
+    is_gemm, on_tensor_cores, from_pageable = gpu.of("gemm"), gpu.of("tensor_core"), gpu.of("pageable")
+    gemm = [(r[1] - r[0], r[4]) for r in kernels if is_gemm[r[4]]]
     gemm_time = sum(d for d, _ in gemm)
-    tensor_core = sum(d for d, n in gemm if gpu.flag(n, "tc", lambda name: bool(_TENSOR_CORE.search(name))))
+    tensor_core = sum(d for d, n in gemm if on_tensor_cores[n])
     busy = _length(_merged([(r[0], r[1]) for r in kernels]))
-    pageable = [r for r in gpu.rows if gpu.flag(r[4], "pageable", lambda name: bool(_PAGEABLE_H2D.match(name)))]
+    pageable = [r for r in gpu.rows if from_pageable[r[4]]]
     return {"gpu_kernels": len(kernels), "median_kernel_us": round(statistics.median(durations), 2),
             "gemm_pct": _pct(gemm_time, total),
             "tensor_core_pct": _pct(tensor_core, gemm_time) if gemm else None,
