@@ -5,6 +5,7 @@ said at each), never the original and never an invented GPU trace."""
 import gzip
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -118,17 +119,34 @@ def test_every_real_trace_reads_as_the_standard_librarys_json_reads_it(path):
     assert events == [typed(e) for e in whole.pop("traceEvents")] and trace.meta == whole
 
 
+def _args_a_list(text, at):
+    """The event at `at` with args that are a list (its own args object renamed, so the JSON stays valid)."""
+    return text[:at] + '"args": [1], ' + text[text.index('"args": {', at):].replace('"args": {', '"extra": {', 1)
+
+
+def _ids_not_int64(text, at):
+    """The next GPU event's stream a numeric string and its correlation past int64."""
+    at = text.index('"stream": ', at)
+    stream = re.match(r'"stream": (\d+)', text[at:]).group(1)
+    edited = text[:at] + f'"stream": "{stream}"' + text[at + len(f'"stream": {stream}'):]
+    at = edited.index('"correlation": ', at)
+    corr = re.match(r'"correlation": (\d+)', edited[at:]).group(1)
+    return edited[:at] + '"correlation": ' + "9" * 30 + edited[at + len(f'"correlation": {corr}'):]
+
+
 @pytest.mark.parametrize("edit, expect", [
-    # an event whose args are a list (not the shape msgspec decodes; Python's json reads it): read one by one,
-    # its args as none
-    (lambda t, at: t[:at] + '"args": [1], ' + t[t.index('"args": {', at):].replace('"args": {', '"extra": {', 1),
-     "read"),
+    # args that are a list (not the shape msgspec decodes; Python's json reads it): read one by one, as no args
+    (_args_a_list, lambda whole, events: any(e.get("args") == [1] for e in whole) and
+     sum(e.args is None for e in events) == sum(not isinstance(e.get("args"), dict) for e in whole)),
+    # ids that are not int64: read one by one as HTA reads them, the string as its number, the overflow as -1
+    (_ids_not_int64, lambda whole, events: any(e.args and e.args.correlation == -1 and e.args.stream > 0 and
+                                               e.ph == "X" for e in events)),
     # an event that is a number, inside a piece: named with its byte offset and index
     (lambda t, at: t[:t.rindex("\n  {", 0, at) + 3] + "7,\n  " + t[t.rindex("\n  {", 0, at) + 3:],
      "is not an object"),
     # damage inside a piece: the byte offset of the damage
     (lambda t, at: t[:at] + "}}}" + t[at:], "byte "),
-], ids=["args-a-list", "a-number", "damage"])
+], ids=["args-a-list", "ids-not-int64", "a-number", "damage"])
 def test_a_piece_msgspec_does_not_read_is_read_or_named_one_event_at_a_time(tmp_path, edit, expect):
     """The real trace with one edit in its middle (text only: no timing changed)."""
     from gpuprep.errors import BadInput
@@ -138,12 +156,10 @@ def test_a_piece_msgspec_does_not_read_is_read_or_named_one_event_at_a_time(tmp_
     edited = tmp_path / "edited.json"
     edited.write_text(edit(text, at))
     events = []
-    if expect == "read":
+    if callable(expect):
         trace = read_trace(str(edited), events.extend)
         whole = json.loads(edited.read_text())["traceEvents"]
-        assert trace.complete and events == [typed(e) for e in whole]
-        assert any(e.get("args") == [1] for e in whole) and sum(e.args is None for e in events) > \
-            sum("args" not in e for e in whole)
+        assert trace.complete and events == [typed(e) for e in whole] and expect(whole, events)
     else:
         with pytest.raises(BadInput, match=expect) as refused:
             read_trace(str(edited), events.extend)

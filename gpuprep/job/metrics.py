@@ -17,7 +17,7 @@ from array import array
 from typing import Dict, List, Optional, Tuple
 
 from .facts import RankFacts
-from .reader import Args, Event, TraceFile, host_of
+from .reader import Args, Event, TraceFile, as_id, host_of
 
 # HTA (hta/utils/utils.py): kernel types by name
 _COMM = re.compile(r"^nccl.*Kernel")
@@ -108,8 +108,6 @@ class RankEvents:
                 self.float_ts = True
             args = event.args
             stream, corr = (-1, -1) if args is None else (args.stream, args.correlation)
-            stream = stream if type(stream) is int and -_ID < stream < _ID else _int(stream)
-            corr = corr if type(corr) is int and -_ID < corr < _ID else _int(corr)
             if stream == -1:        # a CPU event: its launch time, and what it is where a rule needs it
                 if corr >= 0 and name not in ("Event Sync", "Context Sync"):
                     launch_corr(corr)
@@ -144,7 +142,7 @@ class RankEvents:
             self.copy_ops.append((ts, dur, name))
 
     def _memory(self, args: Args) -> None:
-        device, total = _int(args.device_id), args.total_allocated
+        device, total = as_id(args.device_id), args.total_allocated
         if device >= 0 and _number(total) and args.device_type in (1, None):
             self.memory_peak[device] = max(self.memory_peak.get(device, 0), int(total))
 
@@ -163,20 +161,6 @@ _NUMBERS = (int, float)
 
 def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-_ID = 1 << 63       # stream and correlation ids are int64 in Kineto (and in HTA's frames)
-
-
-def _int(value) -> int:
-    """HTA's reading of stream and correlation: an int64, else -1."""
-    if isinstance(value, bool):
-        return -1
-    try:
-        value = int(value)
-    except (TypeError, ValueError, OverflowError):
-        return -1
-    return value if -_ID < value < _ID else -1
 
 
 class _Launches:

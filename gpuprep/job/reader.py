@@ -17,7 +17,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Annotated, Any, Callable, Dict, List, Optional
 
 import msgspec
 
@@ -48,10 +48,26 @@ class TraceFile:
     complete: bool = True
 
 
+_ID = 1 << 63       # stream and correlation ids are int64 in Kineto (and in HTA's frames)
+Id = Annotated[int, msgspec.Meta(ge=1 - _ID, le=_ID - 1)]
+
+
+def as_id(value) -> int:
+    """HTA's reading of a stream or correlation id: an int64 (a number or a numeric string), else -1."""
+    if isinstance(value, bool):
+        return -1
+    try:
+        value = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return -1
+    return value if -_ID < value < _ID else -1
+
+
 class Args(msgspec.Struct, gc=False):
-    """The `args` an event's metrics read (the rest are not kept): HTA reads a missing stream or correlation as -1."""
-    stream: Any = -1
-    correlation: Any = -1
+    """The `args` an event's metrics read (the rest are not kept). Stream and correlation are int64 ids, -1 where
+    missing: a piece whose ids are anything else is read one by one, and `typed` reads them as HTA does."""
+    stream: Id = -1
+    correlation: Id = -1
     device_id: Any = msgspec.field(default=None, name="Device Id")             # [memory] events
     total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
     device_type: Any = msgspec.field(default=None, name="Device Type")
@@ -71,7 +87,7 @@ def typed(event: dict) -> Event:
     """An event decoded by the standard library as an `Event` (args that are not an object read as none)."""
     args = event.get("args")
     if type(args) is dict:
-        args = Args(args.get("stream", -1), args.get("correlation", -1), args.get("Device Id"),
+        args = Args(as_id(args.get("stream", -1)), as_id(args.get("correlation", -1)), args.get("Device Id"),
                     args.get("Total Allocated"), args.get("Device Type"))
     else:
         args = None
