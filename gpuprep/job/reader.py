@@ -5,9 +5,9 @@ whole: the file is decompressed in chunks (gzip by its magic bytes, bounded so a
 keys other than `traceEvents` are decoded one by one (each bounded), and the events of the array are handed to the
 caller in file order, so memory is one chunk and its events plus what the caller keeps. Where the text has Kineto's
 layout, a chunk's whole events are decoded at once by msgspec into `Event`s that hold only the fields the metrics
-read (the rest is checked as JSON and skipped unbuilt: 2.7x orjson's whole parse); elsewhere one by one with the
-standard library, each event then typed the same way. A file cut short by a dying job is read up to the cut and says so; anything else that is not JSON names the file and
-the byte offset.
+read (the rest is checked as JSON and never built: 2.7x orjson's whole parse); elsewhere one by one with the
+standard library, each event then typed the same way. A file cut short by a dying job is read up to the cut and
+says so; anything else that is not JSON names the file and the byte offset.
 """
 from __future__ import annotations
 
