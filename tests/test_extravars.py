@@ -153,3 +153,15 @@ def test_runs_rotating_at_once_neither_raise_nor_keep_too_many(tmp_path):
         proc.join(120)
     assert [proc.exitcode for proc in procs] == [0, 0, 0, 0] and errors.empty()
     assert sorted(os.listdir(root)) == [f"20261129-0754{i:04d}-1" for i in range(390, 400)]     # the newest
+
+
+def test_a_tmpdir_too_long_for_mitogens_socket_runs_without_it_and_never_hangs(tmp_path):
+    """Mitogen puts its socket in TMPDIR; past 107 bytes a socket cannot be bound there, and its mux crashed while
+    the run waited on it for ever. The run goes on with Ansible's own strategy."""
+    from conftest import run_cli
+    long_tmp = tmp_path / ("d" * (120 - len(str(tmp_path))))
+    long_tmp.mkdir()
+    done = run_cli("apply", "--local", "--check", "--tags", "nccl_env", timeout=300,
+                   env={"TMPDIR": str(long_tmp), "XDG_STATE_HOME": str(tmp_path / "state")})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "AF_UNIX path too long" not in done.stdout + done.stderr

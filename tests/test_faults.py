@@ -3,9 +3,11 @@ values that try to run code through the env file, a damaged revert record, SIGIN
 of an apply, multi-line failure reasons, secrets in the run artifacts and a host name with '/'."""
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -133,8 +135,8 @@ def test_a_damaged_record_stops_apply_and_revert_and_keeps_the_originals(node, t
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_apply_reports_each_host_and_leaves_no_half_written_file(node, tmp_path, sig, code):
-    state = tmp_path / "state"
-    env = dict(os.environ, XDG_STATE_HOME=str(state))
+    state, scratch = tmp_path / "state", pathlib.Path(tempfile.mkdtemp(prefix="gp-", dir="/tmp"))   # a short TMPDIR
+    env = dict(os.environ, XDG_STATE_HOME=str(state), TMPDIR=str(scratch))
     proc = subprocess.Popen([sys.executable, "-m", "gpuprep", "apply", "-i", str(node), "--full", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 600          # a bound on a hang, not a speed limit
@@ -157,6 +159,8 @@ def test_an_interrupted_apply_reports_each_host_and_leaves_no_half_written_file(
     left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
             if str(node) in " ".join(p.info["cmdline"] or []) and "ansible-playbook" in " ".join(p.info["cmdline"] or [])]
     assert left == [], left                    # nothing of the cancelled run lives on (Mitogen's mux included)
+    assert list(scratch.iterdir()) == []       # nor is left in TMPDIR (Mitogen's socket included)
+    scratch.rmdir()
     leftovers = node_exec(NODE, "sh", "-c", "find /etc /var/lib/gpuprep -name '.ansible_tmp*' "
                                             "-o -name '.manifest.json.*' -o -name '*.tmp'").stdout
     assert leftovers.strip() == ""

@@ -293,6 +293,22 @@ def mitogen_env() -> Dict[str, str]:
     return {"ANSIBLE_STRATEGY_PLUGINS": plugins, "ANSIBLE_STRATEGY": "mitogen_linear"}
 
 
+_SOCKET_PATH_MAX = 107                          # AF_UNIX: sun_path is 108 bytes with its NUL
+_MITOGEN_SOCKET = "mitogen_unix_xxxxxxxx.sock"   # the name Mitogen gives its socket, in TMPDIR
+
+
+def _mitogen_for_run(private: str) -> Dict[str, str]:
+    """Mitogen's settings for one run, its socket in the run's private directory (removed however the run ends: an
+    interrupted run left it in /tmp). Where that path is too long for a socket, in TMPDIR as Mitogen puts it; where
+    even that is too long, Ansible's own strategy: Mitogen's mux cannot bind there, and the run hung."""
+    def fits(directory: str) -> bool:
+        return len(os.path.join(directory, _MITOGEN_SOCKET).encode()) <= _SOCKET_PATH_MAX
+    settings = mitogen_env()
+    if settings and fits(private):
+        return {**settings, "TMPDIR": private}
+    return settings if fits(tempfile.gettempdir()) else {}
+
+
 def ansible_settings() -> Dict[str, str]:
     """gpuprep's ansible.cfg, and its collection first on the collections path (then the user's own paths,
     or Ansible's defaults, for anything else a play needs)."""
@@ -415,7 +431,7 @@ def _runner_arguments(request: ApplyRequest, private: str, inventory: str, extra
                "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
                # the ansible CLIs installed beside this interpreter, even in an unactivated venv
                "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-               **(mitogen_env() if request.mitogen else {})}
+               **(_mitogen_for_run(private) if request.mitogen else {})}
     project = str(playbooks_dir())
     # ansible-runner checks the timeout (and the cancel callback) once per pexpect wait, 5 s by default: a
     # --timeout shorter than that let a run finish unchecked. Its settings are read from env/settings only.
