@@ -11,11 +11,13 @@ without command-line flags. The CLI and the node probe call these; so can a Pyth
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Set, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Union
 
 from .errors import BadInput, bad_argument
 from .rules import Finding, worst
-from .snapshot import Snapshot
+
+if TYPE_CHECKING:       # imported where a snapshot is made or checked: diagnose starts without its dataclasses
+    from .snapshot import Snapshot
 
 
 @dataclass
@@ -86,8 +88,7 @@ def check(sources: Sequence[str] = (), *, facts: Optional[Snapshot] = None, prof
     a.texts("sources", sources), a.texts("skip", skip), a.texts("only", only)
     a.text("profile_name", profile_name)
     a.flag("require_gpu", require_gpu)
-    if facts is not None and not isinstance(facts, Snapshot):
-        raise bad_argument("facts", "must be a Snapshot (api.snapshot())")
+    a.snapshot("facts", facts)
     check_filters(skip, only)
     baseline = _baseline_snapshot(baseline)
     context = Context(profile=profile(profile_name), require_gpu=require_gpu)
@@ -103,6 +104,7 @@ def check(sources: Sequence[str] = (), *, facts: Optional[Snapshot] = None, prof
 
 
 def _baseline_snapshot(baseline: Union[Snapshot, str, None]) -> Optional[Snapshot]:
+    from .snapshot import Snapshot
     if baseline is None or isinstance(baseline, Snapshot):
         return baseline
     import os
@@ -129,8 +131,7 @@ def plan(facts: Optional[Snapshot] = None, *, sources: Sequence[str] = (), ranks
     a.whole("ranks", ranks, minimum=1, optional=True)
     a.choice("mode", mode, MODES)
     a.text("visible", visible)
-    if facts is not None and not isinstance(facts, Snapshot):
-        raise bad_argument("facts", "must be a Snapshot (api.snapshot())")
+    a.snapshot("facts", facts)
     if facts is None and sources:
         from .parsers import import_files
         facts = import_files(list(sources), allow_mixed=True)
@@ -408,14 +409,14 @@ def diagnose(paths: Sequence[str], *, node: Optional[Snapshot] = None) -> JobRes
     (.json, .json.gz) or directories of them, one file per rank. `node`, the snapshot of the host the job ran on
     (api.snapshot()), joins what the node explains (its PCIe links, NUMA layout, throttling, NCCL transport).
     Traces are read streaming; a file that is not a trace raises BadInput naming it and the byte offset."""
+    from . import arguments as a
     from .job import diagnose_traces
     from .job.judge import Job, judge
     if isinstance(paths, (str, bytes)) or not all(isinstance(p, str) for p in paths or ()):
         raise bad_argument("paths", "must be a list of file or directory paths (text)")
     if not paths:
         raise bad_argument("paths", "names no trace: give trace files or a directory of them")
-    if node is not None and not isinstance(node, Snapshot):
-        raise bad_argument("node", "must be a Snapshot (api.snapshot())")
+    a.snapshot("node", node)
     facts = diagnose_traces(list(paths))
     return JobResult(facts, judge(Job(facts, node)), node)
 
@@ -464,8 +465,7 @@ def watch(pid: Optional[int] = None, *, command: Optional[Sequence[str]] = None,
         raise bad_argument("command", "is empty")
     a.seconds("seconds", seconds, optional=True)
     a.seconds("interval", interval)
-    if node is not None and not isinstance(node, Snapshot):
-        raise bad_argument("node", "must be a Snapshot (api.snapshot())")
+    a.snapshot("node", node)
     if until is not None and command is not None:
         raise bad_argument("until", "stops the watch, not a job it started: watch a running job by its pid")
     from .job.facts import JobFacts

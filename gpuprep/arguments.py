@@ -61,3 +61,13 @@ def mapping(argument: str, value: Any) -> Optional[dict]:
     if value is None or (isinstance(value, dict) and all(isinstance(k, str) for k in value)):
         return value
     raise bad_argument(argument, f"must be a dict with string keys, not {_shown(value)}")
+
+
+def snapshot(argument: str, value: Any):
+    """None or a Snapshot (api.snapshot()): the facts of one host."""
+    if value is None:
+        return None
+    from .snapshot import Snapshot
+    if not isinstance(value, Snapshot):
+        raise bad_argument(argument, "must be a Snapshot (api.snapshot())")
+    return value

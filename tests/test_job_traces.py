@@ -257,6 +257,20 @@ def test_the_overlap_of_communication_and_compute_is_each_pair_of_their_interval
         assert _intersection(a, b) == pairs, (a, b)
 
 
+def test_a_kernel_inside_the_steps_is_found_by_search_as_by_every_step():
+    """Kernels per step counts the kernels that start inside a step by binary search over the merged steps: the same
+    answer as asking every step, on random steps (seeded) that touch, overlap and nest, at their ends too."""
+    import random
+    from gpuprep.job.metrics import _merged, _within
+    draw = random.Random(44)
+    for _ in range(300):
+        spans = [(s, s + draw.choice([1, 3, 10])) for s in (draw.randrange(60) for _ in range(draw.randrange(1, 8)))]
+        merged = _merged(spans)
+        starts = [a for a, _ in merged]
+        for at in range(-2, 75):
+            assert _within(merged, starts, at) == any(a <= at < b for a, b in spans), (spans, at)
+
+
 def test_a_launch_is_found_by_its_correlation_as_a_dict_finds_it():
     """The CPU events' correlations, kept in two arrays and searched once sorted: on random ids (seeded), in order,
     shuffled and repeated, each id finds the start of the last event that carried it, and an absent id finds none."""
@@ -272,7 +286,7 @@ def test_a_launch_is_found_by_its_correlation_as_a_dict_finds_it():
             launches.corr.append(corr)
             launches.ts.append(float(k))
             expected[corr] = float(k)
-        assert all(launches.start_of(corr) == expected.get(corr) for corr in range(-1, 52)), ids
+        assert list(launches.starts_of(range(-1, 52))) == [expected.get(corr) for corr in range(-1, 52)], ids
 
 
 def test_ranks_read_by_several_processes_are_what_one_process_reads_and_a_damaged_one_is_named(tmp_path):

@@ -6,11 +6,13 @@ from __future__ import annotations
 import functools
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
 from ..rules import Finding, declared, registrar
-from ..snapshot import Snapshot
 from .facts import JobFacts, RankFacts, WatchFacts, WatchRank
+
+if TYPE_CHECKING:
+    from ..snapshot import Snapshot
 
 
 @functools.lru_cache(maxsize=None)

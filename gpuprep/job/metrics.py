@@ -14,7 +14,7 @@ import math
 import re
 import statistics
 from array import array
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .facts import RankFacts
 from .reader import Args, Event, TraceFile, as_id, host_of
@@ -31,22 +31,31 @@ _SYNC = re.compile(r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSync
                    r"aten::item|aten::_local_scalar_dense|hipDeviceSynchronize|hipStreamSynchronize|hipMemcpy)$")
 _LAUNCH = re.compile(r"^(cudaLaunchKernel|cudaLaunchKernelExC|cuLaunchKernel|cuLaunchKernelEx|hipLaunchKernel|"
                      r"hipExtModuleLaunchKernel|hipModuleLaunchKernel)")
-_COLLECTIVE = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms)|allreduce|all_reduce|allgather|all_gather|"
-                         r"reduce_scatter|broadcast_", re.I)
-_GEMM = re.compile(r"gemm|conv|cutlass|scudnn|xmma|wgrad|dgrad|winograd|implicit_convolve|_mma|matmul", re.I)
+
+
+def _case_blind(pattern: str) -> Callable[[str], bool]:
+    """A search that ignores case: the name lowercased, against a pattern written in lowercase (re.I is 8x slower on
+    kernel names of hundreds of characters)."""
+    search = re.compile(pattern).search
+    return lambda name: search(name.lower()) is not None
+
+
+_COLLECTIVE = _case_blind(r"^(c10d::|gloo:|nccl:|record_param_comms)|allreduce|all_reduce|allgather|all_gather|"
+                          r"reduce_scatter|broadcast_")
+_GEMM = _case_blind(r"gemm|conv|cutlass|scudnn|xmma|wgrad|dgrad|winograd|implicit_convolve|_mma|matmul")
 # Tensor Core kernels by name (as the TensorBoard profiler plugin's allowlist did): Volta's 884, Turing's 1688,
 # Ampere's 16816 shapes, HMMA/IMMA, cuBLAS/cuDNN xmma and CUTLASS tensorop kernels, Hopper's wgmma/gmma
-_TENSOR_CORE = re.compile(r"884|1688|16816|hmma|imma|xmma|tensorop|wgmma|gmma|_tf32|bf16_s|f16_s|sm8\d_|sm9\d_|"
-                          r"sm10\d_|tensor_?core", re.I)
+_TENSOR_CORE = _case_blind(r"884|1688|16816|hmma|imma|xmma|tensorop|wgmma|gmma|_tf32|bf16_s|f16_s|sm8\d_|sm9\d_|"
+                           r"sm10\d_|tensor_?core")
 _PAGEABLE_H2D = re.compile(r"^Memcpy HtoD \(Pageable")
 # a copy to pageable host memory: the CUDA runtime call that queued it holds the host until the stream reaches it
 _TO_PAGEABLE = re.compile(r"^Memcpy DtoH \(Device -> Pageable")
 _MEMCPY_CALL = re.compile(r"^(cudaMemcpyAsync|cudaMemcpy2DAsync|hipMemcpyAsync|hipMemcpyWithStream)$")
 _COPY_OP = re.compile(r"^aten::(to|_to_copy|copy_|cpu|numpy|tolist)$")
 # kernel names that only one vendor's libraries produce (for traces without deviceProperties)
-_NVIDIA_KERNELS = re.compile(r"^nccl|cutlass|cudnn|cublas|sm\d{2,3}_|volta_|turing_|ampere_|hopper_|xmma|"
-                             r"void at::native::|triton_", re.I)
-_AMD_KERNELS = re.compile(r"Cijk_|rocblas|miopen|hipblaslt|ck::|__amd_", re.I)
+_NVIDIA_KERNELS = _case_blind(r"^nccl|cutlass|cudnn|cublas|sm\d{2,3}_|volta_|turing_|ampere_|hopper_|xmma|"
+                              r"void at::native::|triton_")
+_AMD_KERNELS = _case_blind(r"cijk_|rocblas|miopen|hipblaslt|ck::|__amd_")
 
 
 _CLOCK = 1e18       # microseconds: 31,000 years; Kineto's are since the epoch or the boot (about 1.7e15)
@@ -149,7 +158,7 @@ class RankEvents:
 
 _CPU_KINDS = (("step", lambda n: _STEP.fullmatch(n)), ("dataloader", _DATALOADER.match), ("sync", _SYNC.match),
               ("launch", _LAUNCH.match), ("memcpy", _MEMCPY_CALL.match), ("copy_op", _COPY_OP.match),
-              ("collective", _COLLECTIVE.search))
+              ("collective", _COLLECTIVE))
 
 
 def _cpu_kind(name: str) -> str:
@@ -171,11 +180,14 @@ class _Launches:
         self.corr, self.ts = array("q"), array("d")
         self._sorted = False
 
-    def start_of(self, corr: int) -> Optional[float]:
+    def starts_of(self, ids: Iterable[int]) -> Iterator[Optional[float]]:
+        """The start of the CPU event with each correlation id, or None (a negative id is no correlation)."""
         if not self._sorted:
             self._sort()
-        k = bisect.bisect_right(self.corr, corr) - 1
-        return self.ts[k] if k >= 0 and self.corr[k] == corr else None
+        corr, ts, find = self.corr, self.ts, bisect.bisect_right
+        for wanted in ids:
+            k = find(corr, wanted) - 1 if wanted >= 0 else -1
+            yield ts[k] if k >= 0 and corr[k] == wanted else None
 
     def _sort(self) -> None:
         corr = self.corr
@@ -193,13 +205,20 @@ def _rounded(ts: float, dur: float, on: bool) -> Tuple[float, float]:
 
 
 def _merged(intervals: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
-    out: List[List[float]] = []
+    out: List[Tuple[float, float]] = []
     for start, end in sorted(intervals):
         if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
         else:
-            out.append([start, end])
-    return [(a, b) for a, b in out]
+            out.append((start, end))
+    return out
+
+
+def _within(merged: List[Tuple[float, float]], starts: List[float], at: float) -> bool:
+    """Whether `at` falls inside one of the merged, sorted half-open intervals (`starts`: their starts)."""
+    k = bisect.bisect_right(starts, at) - 1
+    return k >= 0 and at < merged[k][1]
 
 
 def _length(intervals: List[Tuple[float, float]]) -> float:
@@ -208,17 +227,26 @@ def _length(intervals: List[Tuple[float, float]]) -> float:
 
 def _intersection(a: List[Tuple[float, float]], b: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
     """The intersection of two merged, sorted interval lists: merged and sorted itself (one pass over both)."""
-    i = j = 0
-    out = []
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            out.append((lo, hi))
-        if a[i][1] < b[j][1]:
+    out: List[Tuple[float, float]] = []
+    if not a or not b:
+        return out
+    i, j, (a_lo, a_hi), (b_lo, b_hi) = 0, 0, a[0], b[0]
+    while True:         # the interval that ends first is done with: its part inside the other, then the next one
+        lo = a_lo if a_lo > b_lo else b_lo
+        if a_hi < b_hi:
+            if a_hi > lo:
+                out.append((lo, a_hi))
             i += 1
+            if i == len(a):
+                return out
+            a_lo, a_hi = a[i]
         else:
+            if b_hi > lo:
+                out.append((lo, b_hi))
             j += 1
-    return out
+            if j == len(b):
+                return out
+            b_lo, b_hi = b[j]
 
 
 def _overlap(a: List[Tuple[float, float]], b: List[Tuple[float, float]]) -> float:
@@ -231,33 +259,29 @@ def _pct(part: float, whole: float) -> Optional[float]:
 
 
 class _Gpu:
-    """The GPU events HTA keeps, rounded: (start, end, stream, correlation, name, is a kernel/memcpy/memset)."""
+    """The GPU events HTA keeps, rounded: (start, end, stream, correlation, name, is a kernel/memcpy/memset, launched:
+    when the CPU event with its correlation started, rounded, or None)."""
 
     def __init__(self, ev: RankEvents):
         rows = []
         steps = {n for _, _, n in ev.steps}
         last_step_start = max((_rounded(t, d, ev.float_ts)[0] for t, d, _ in ev.steps), default=None)
-        self._launches, self._float_ts = ev.launches, ev.float_ts
         # with two steps or more, the GPU events launched before the last step's start (HTA's cut); looked up per
         # event, not as a set of every correlation (a set of 65,000: 1 of the 8 MiB this peaked at)
         last = last_step_start if len(steps) >= 2 else None
-        for k in range(len(ev.g_ts)):
-            corr = ev.g_corr[k]
-            if last is not None:
-                launched = self.launched_at(corr)
-                if launched is None or launched >= last:
-                    continue
-            start, end = _rounded(ev.g_ts[k], ev.g_dur[k], ev.float_ts)
-            rows.append((start, end, ev.g_stream[k], corr, ev.g_name[k], ev.g_kernel_cat[k]))
+        float_ts = ev.float_ts
+        for ts, dur, stream, corr, name, kernel, launched in zip(ev.g_ts, ev.g_dur, ev.g_stream, ev.g_corr, ev.g_name,
+                                                                 ev.g_kernel_cat, ev.launches.starts_of(ev.g_corr)):
+            if launched is not None and float_ts:
+                launched = float(math.ceil(launched))
+            if last is not None and (launched is None or launched >= last):
+                continue
+            start, end = _rounded(ts, dur, float_ts)
+            rows.append((start, end, stream, corr, name, kernel, launched))
         self.rows = rows
         self.names = ev.name_list
         self._by_name: Dict[str, list] = {}
         self._by_kind: Dict[str, List[Tuple[float, float]]] = {}
-
-    def launched_at(self, corr: int) -> Optional[float]:
-        """When the CPU event with this correlation (the launch of a GPU event) started, rounded as HTA rounds."""
-        at = self._launches.start_of(corr) if corr >= 0 else None
-        return None if at is None else _rounded(at, 0, self._float_ts)[0]
 
     def of(self, what: str) -> list:
         """_NAME_TESTS[what] of every GPU event name, by name id: worked out once per name (names repeat every step)."""
@@ -323,7 +347,7 @@ def idle_breakdown(gpu: _Gpu) -> Optional[Dict[str, float]]:
         rows.sort(key=lambda r: r[0])
         for prev, cur in zip(rows, rows[1:]):
             gap = cur[0] - prev[1]
-            launched = gpu.launched_at(cur[3])
+            launched = cur[6]
             if launched is not None and launched > prev[1]:
                 totals["host_wait"] += gap
             elif gap < CONSECUTIVE_KERNEL_DELAY:
@@ -350,8 +374,10 @@ def _inside(spans: List[Tuple[float, float]], events) -> float:
 _NAME_TESTS = {
     "kind": _kind,
     "memory": lambda name: bool(_MEMORY.match(name)),
-    "gemm": lambda name: bool(_GEMM.search(name)),
-    "tensor_core": lambda name: bool(_TENSOR_CORE.search(name)),
+    "gemm": _GEMM,
+    "tensor_core": _TENSOR_CORE,
+    "nvidia": _NVIDIA_KERNELS,
+    "amd": _AMD_KERNELS,
     "pageable": lambda name: bool(_PAGEABLE_H2D.match(name)),
     "to_pageable": lambda name: bool(_TO_PAGEABLE.match(name)),
 }
@@ -365,10 +391,14 @@ def blocking_copies(ev: RankEvents, gpu: _Gpu) -> List[Tuple[float, float, str]]
     to_pageable = {r[3] for r in gpu.rows if r[3] >= 0 and copies_to_pageable[r[4]]}
     if not to_pageable:
         return []
+    ops = sorted(ev.copy_ops)
+    starts, longest = [t for t, _, _ in ops], max((d for _, d, _ in ops), default=0.0)
     out = []
     for ts, dur, corr in ev.memcpy_calls:
         if corr in to_pageable:
-            around = [(d, n) for t, d, n in ev.copy_ops if t <= ts and ts + dur <= t + d]
+            # the ops around the call start before it, and no earlier than the longest op's length before it
+            near = ops[bisect.bisect_left(starts, ts - longest):bisect.bisect_right(starts, ts)]
+            around = [(d, n) for t, d, n in near if ts + dur <= t + d]
             op = min(around)[1] if around else "cudaMemcpyAsync"
             out.append((ts, dur, f"{op} (device to pageable memory)"))
     return out
@@ -458,7 +488,9 @@ def step_metrics(ev: RankEvents, gpu: _Gpu) -> dict:
     out.update(_waits(ev, spans))
     kernels = gpu.kernels()
     if kernels:
-        out["kernels_per_step"] = round(sum(1 for r in kernels if any(a <= r[0] < b for a, b in spans)) / len(spans), 1)
+        merged = _merged(spans)
+        starts = [a for a, _ in merged]
+        out["kernels_per_step"] = round(sum(_within(merged, starts, r[0]) for r in kernels) / len(spans), 1)
     return out
 
 
@@ -507,9 +539,9 @@ def _device(meta: dict) -> dict:
 
 def _vendor_from_kernels(gpu: _Gpu) -> Optional[str]:
     """nvidia or amd from the kernel names a trace without deviceProperties still carries, or None."""
-    names = [gpu.names[r[4]] for r in gpu.rows[:20000] if r[5]]
-    nvidia = sum(1 for n in names if _NVIDIA_KERNELS.search(n))
-    amd = sum(1 for n in names if _AMD_KERNELS.search(n))
+    is_nvidia, is_amd = gpu.of("nvidia"), gpu.of("amd")
+    kernels = [r[4] for r in gpu.rows if r[5]]
+    nvidia, amd = sum(is_nvidia[n] for n in kernels), sum(is_amd[n] for n in kernels)
     return "nvidia" if nvidia > amd else "amd" if amd > nvidia else None
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -58,6 +57,7 @@ def query(addr: str = DEFAULT_ADDR, timeout: float = 5.0) -> RasReport:
 
 def query_text(addr: str = DEFAULT_ADDR, timeout: float = 5.0) -> str:
     """The RAS report as the service words it (text, or JSON from NCCL 2.28.7); OSError where nothing answers."""
+    import socket       # here: diagnose reads saved reports, and starts faster without it
     host, _, port = addr.rpartition(":")
     deadline = time.monotonic() + timeout + 10
     last: Optional[OSError] = None

@@ -2,53 +2,60 @@
 into one snapshot. Each file's kind is sniffed from its content, never from its name."""
 from __future__ import annotations
 
+import functools
 import os
-from typing import Callable, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Tuple
 
 from ..errors import BadInput
-from ..snapshot import Snapshot, merge
-from . import dcgm, fabricmanager, hostinfo, imex, kernel_log, lspci, nvsmi_query, nvsmi_table, rdma, sshd, topo
 
-Importer = Callable[[str, str], Snapshot]
+if TYPE_CHECKING:       # imported where used: the job rules import parsers.nvsmi's constants, and no snapshot
+    from ..snapshot import Snapshot
+
+Importer = Callable[[str, str], "Snapshot"]
 
 
 def _snapshot_json(text: str, origin: str) -> Snapshot:
+    from ..snapshot import Snapshot
     return Snapshot.from_json(text, origin)
 
 
-# Order matters: the most specific signatures first.
-KINDS: List[Tuple[str, Callable[[str], bool], Importer]] = [
-    ("dcgmi diag -j", dcgm.looks_like_diag_json, dcgm.import_diag_json),
-    ("dcgmi health -j", dcgm.looks_like_health_json, dcgm.import_health_json),
-    ("snapshot", lambda t: t.lstrip().startswith("{"), _snapshot_json),
-    ("nvidia-smi -q -x", nvsmi_query.looks_like_xml, nvsmi_query.import_xml),
-    ("nvidia-smi -q", nvsmi_query.looks_like_text, nvsmi_query.import_text),
-    ("nvidia-smi error", nvsmi_table.looks_like_failure, nvsmi_table.import_failure),
-    ("nvidia-smi", nvsmi_table.looks_like_table, nvsmi_table.import_table),
-    ("nvidia-smi topo -m", topo.looks_like_topo, topo.import_topology),
-    ("nvidia-smi nvlink --status", hostinfo.looks_like_nvlink, hostinfo.import_nvlink),
-    ("numactl -H", hostinfo.looks_like_numactl, hostinfo.import_numactl),
-    ("lscpu", hostinfo.looks_like_lscpu, hostinfo.import_lscpu),
-    ("nvidia-container-toolkit --version", hostinfo.looks_like_ctk_version, hostinfo.import_ctk_version),
-    ("dcgmi diag", dcgm.looks_like_diag_table, dcgm.import_diag_table),
-    ("dcgmi health", dcgm.looks_like_health_table, dcgm.import_health_table),
-    # before Fabric Manager: IMEX writes its log lines in the same format
-    ("nvidia-imex-ctl, or IMEX status or log", imex.looks_like_imex, imex.import_imex),
-    ("Fabric Manager status or log", fabricmanager.looks_like_fabric_manager, fabricmanager.import_fabric_manager),
-    ("kernel log", kernel_log.looks_like_kernel_log, kernel_log.import_kernel_log),
-    ("sshd -T", sshd.looks_like_sshd_t, sshd.import_sshd_t),
-    ("lspci -vvv", lspci.looks_like_lspci_vvv, lspci.import_lspci),
-    ("lspci", lspci.looks_like_lspci, lspci.import_lspci),
-    ("ibstat", rdma.looks_like_ibstat, rdma.import_ibstat),
-    ("ibstatus", rdma.looks_like_ibstatus, rdma.import_ibstatus),
-    ("ibv_devinfo", rdma.looks_like_ibv_devinfo, rdma.import_ibv_devinfo),
-    ("ibdev2netdev", rdma.looks_like_ibdev2netdev, rdma.import_ibdev2netdev),
-    ("nvidia-smi -q excerpt", nvsmi_query.looks_like_excerpt, nvsmi_query.import_text),
-]
+@functools.lru_cache(maxsize=None)
+def kinds() -> List[Tuple[str, Callable[[str], bool], Importer]]:
+    """Each capture kind: its name, the test of its text, its importer. Order matters: the most specific signatures
+    first. Built on first use, so that a module importing one parser's constants (the job rules) loads no other."""
+    from . import dcgm, fabricmanager, hostinfo, imex, kernel_log, lspci, nvsmi_query, nvsmi_table, rdma, sshd, topo
+    return [
+        ("dcgmi diag -j", dcgm.looks_like_diag_json, dcgm.import_diag_json),
+        ("dcgmi health -j", dcgm.looks_like_health_json, dcgm.import_health_json),
+        ("snapshot", lambda t: t.lstrip().startswith("{"), _snapshot_json),
+        ("nvidia-smi -q -x", nvsmi_query.looks_like_xml, nvsmi_query.import_xml),
+        ("nvidia-smi -q", nvsmi_query.looks_like_text, nvsmi_query.import_text),
+        ("nvidia-smi error", nvsmi_table.looks_like_failure, nvsmi_table.import_failure),
+        ("nvidia-smi", nvsmi_table.looks_like_table, nvsmi_table.import_table),
+        ("nvidia-smi topo -m", topo.looks_like_topo, topo.import_topology),
+        ("nvidia-smi nvlink --status", hostinfo.looks_like_nvlink, hostinfo.import_nvlink),
+        ("numactl -H", hostinfo.looks_like_numactl, hostinfo.import_numactl),
+        ("lscpu", hostinfo.looks_like_lscpu, hostinfo.import_lscpu),
+        ("nvidia-container-toolkit --version", hostinfo.looks_like_ctk_version, hostinfo.import_ctk_version),
+        ("dcgmi diag", dcgm.looks_like_diag_table, dcgm.import_diag_table),
+        ("dcgmi health", dcgm.looks_like_health_table, dcgm.import_health_table),
+        # before Fabric Manager: IMEX writes its log lines in the same format
+        ("nvidia-imex-ctl, or IMEX status or log", imex.looks_like_imex, imex.import_imex),
+        ("Fabric Manager status or log", fabricmanager.looks_like_fabric_manager, fabricmanager.import_fabric_manager),
+        ("kernel log", kernel_log.looks_like_kernel_log, kernel_log.import_kernel_log),
+        ("sshd -T", sshd.looks_like_sshd_t, sshd.import_sshd_t),
+        ("lspci -vvv", lspci.looks_like_lspci_vvv, lspci.import_lspci),
+        ("lspci", lspci.looks_like_lspci, lspci.import_lspci),
+        ("ibstat", rdma.looks_like_ibstat, rdma.import_ibstat),
+        ("ibstatus", rdma.looks_like_ibstatus, rdma.import_ibstatus),
+        ("ibv_devinfo", rdma.looks_like_ibv_devinfo, rdma.import_ibv_devinfo),
+        ("ibdev2netdev", rdma.looks_like_ibdev2netdev, rdma.import_ibdev2netdev),
+        ("nvidia-smi -q excerpt", nvsmi_query.looks_like_excerpt, nvsmi_query.import_text),
+    ]
 
 
 def sniff(text: str) -> Optional[str]:
-    for kind, test, _ in KINDS:
+    for kind, test, _ in kinds():
         if test(text):
             return kind
     return None
@@ -56,7 +63,7 @@ def sniff(text: str) -> Optional[str]:
 
 def import_text(text: str, origin: str) -> Snapshot:
     from ..snapshot import out_of_range
-    for kind, test, importer in KINDS:
+    for kind, test, importer in kinds():
         if test(text):
             try:
                 snap = importer(text, origin)
@@ -154,6 +161,7 @@ def import_files(paths: Iterable[str], allow_mixed: bool = False) -> Snapshot:
 
 
 def _merged(combined: Optional[Snapshot], part: Snapshot) -> Snapshot:
+    from ..snapshot import merge
     return part if combined is None else merge(combined, part)
 
 
@@ -174,6 +182,7 @@ def _large_log(path: str) -> Optional[Snapshot]:
     bounds as usual."""
     import stat
     from ..output import note_input
+    from . import fabricmanager, kernel_log
     try:
         info = os.stat(path)
     except OSError:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from collections import Counter
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from .. import __version__
 from ..formats import FORMATS  # noqa: F401 (render's formats, offered by the CLI)
 from ..rules import SEVERITIES, Finding, check_verdict, not_judged, worst
-from ..snapshot import Snapshot, gpu_count
+
+if TYPE_CHECKING:       # the job's reports (diagnose, watch) start faster without the snapshot's dataclasses
+    from ..snapshot import Snapshot
 
 CHECK_SCHEMA = "gpuprep.check/1"
 FLEET_SCHEMA = "gpuprep.fleet/1"
@@ -60,6 +62,7 @@ def host_name(snapshot: Snapshot) -> str:
 
 def fleet_document(result) -> dict:
     """`result`: a fleet.FleetResult. Hosts that could not be checked count as failed hosts."""
+    from ..snapshot import gpu_count
     hosts: Dict[str, dict] = {}
     for member in result.members:
         if member.snapshot is None:

@@ -2,12 +2,14 @@
 only when the stream is a TTY (rich is not imported: `gpuprep check` must start fast)."""
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional
 
 from ..rules import SEVERITY_RANK, Finding
-from ..snapshot import Snapshot
 from . import summary
 from .sanitize import terminal_line
+
+if TYPE_CHECKING:       # only annotations: the job's reports start faster without the snapshot's dataclasses
+    from ..snapshot import Snapshot
 
 _COLOURS = {"fail": "31", "warn": "33", "info": "36", "pass": "32", "head": "1"}
 
@@ -294,6 +296,7 @@ def _finding(data: dict):
 
 
 def render_check(document: dict, colour: bool, verbose: bool = False, drift_groups: bool = False) -> str:
+    from ..snapshot import Snapshot
     out = Writer(colour)
     render_facts(Snapshot.from_dict(document["snapshot"]), out)
     if document.get("profile"):

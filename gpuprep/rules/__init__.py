@@ -3,9 +3,10 @@ is data shipped in the package). The same rules judge a live host, a snapshot fi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
-from ..snapshot import Gpu, Snapshot
+if TYPE_CHECKING:       # the snapshot's 24 dataclasses cost a start-up (diagnose's) that judges no snapshot
+    from ..snapshot import Gpu, Snapshot
 
 SEVERITIES = ("fail", "warn", "info", "pass")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -97,7 +98,7 @@ class Context:
     require_gpu: bool = False
 
 
-Rule = Callable[[Snapshot, Context], Iterable[Finding]]
+Rule = Callable[["Snapshot", Context], Iterable[Finding]]
 RULES: List[Rule] = []
 
 

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import shlex
 import statistics
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 from ...parsers.nvsmi import THROTTLE_REASONS
 from ...parsers.values import expand_cpulist
 from ...rules import Finding
-from ...snapshot import Gpu
 from ..facts import RankFacts
 from ..judge import REMEDY, Job, _transport_note, _who, job_rule, limit, source
+
+if TYPE_CHECKING:
+    from ...snapshot import Gpu
 
 def _gpu_ranks(job: Job) -> List[RankFacts]:
     return [r for r in job.facts.ranks if r.gpu_kernels]
