@@ -77,6 +77,36 @@ def test_sigterm_to_watch_reaches_the_job_and_the_report_is_written(tmp_path):
     assert not list(tmp.iterdir())                                   # nothing left in TMPDIR
 
 
+# the job tells watch to stop as its first act: the stop lands while watch is still setting up its watcher (its
+# imports), or at its first samples: either way the job hears it, and is never left running
+TELLS_WATCH = ("import os, signal, sys, time\n"
+               "def stop(signum, frame):\n"
+               "    open(sys.argv[1], 'w').write(str(signum)); sys.exit(0)\n"
+               "signal.signal(signal.SIGTERM, stop)\n"
+               "open(sys.argv[2], 'w').write(str(os.getpid()))\n"
+               "os.kill(os.getppid(), signal.SIGTERM)\n"
+               "deadline = time.monotonic() + 300\n"
+               "while time.monotonic() < deadline:\n    time.sleep(0.01)\n")
+
+
+def test_a_stop_while_watch_sets_up_reaches_the_job_and_never_orphans_it(tmp_path):
+    got, pid_file, report = tmp_path / "got-signal", tmp_path / "job-pid", tmp_path / "watch.json"
+    watch = subprocess.Popen([sys.executable, "-m", "gpuprep", "watch", "-o", str(report), "--", sys.executable, "-c",
+                              TELLS_WATCH, str(got), str(pid_file)], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = watch.communicate(timeout=120)
+    finally:
+        if pid_file.exists() and pid_file.read_text() and not got.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)      # an orphaned job is not left behind
+        if watch.poll() is None:
+            watch.kill()
+    assert "internal error" not in err, err
+    assert got.read_text() == str(int(signal.SIGTERM)), err          # the job was told, and stopped itself
+    assert watch.returncode == 128 + signal.SIGTERM, err
+    assert json.loads(report.read_text())["signal"] == signal.SIGTERM
+
+
 def test_a_job_killed_by_a_signal_exits_128_plus_n(tmp_path):
     done = run_cli("watch", "--", sys.executable, "-c", "import os, signal, time; time.sleep(1.5); "
                                                          "os.kill(os.getpid(), signal.SIGKILL)")

@@ -49,23 +49,30 @@ def watch_job(pid: Optional[int], command: Optional[List[str]], seconds: Optiona
 def _watch(pid, command, seconds, interval, on_sample, job_stdout, logs) -> WatchFacts:
     from .watch import Watcher, process_gone
     job = _start(command, job_stdout, logs) if command is not None else None
-    pid = job.pid if job is not None else _a_job(pid)
-    watcher = Watcher(pid, interval)
-    started = time.monotonic()
-    finished = (lambda: job.poll() is not None) if job else (lambda: process_gone(pid))
-    so_far = (lambda w: on_sample(_facts(w, time.monotonic() - started))) if on_sample else None
-    stopped = None
+    started, stopped, watcher, attached = time.monotonic(), None, None, None
+
+    def finished() -> bool:
+        if job is not None:
+            return job.poll() is not None
+        return attached is not None and process_gone(attached)
+    # from the job's start on, a stop is the job's to hear: one that comes while the watcher is still being set up
+    # (its imports take a while on a loaded host) is forwarded as any other, never left to orphan the job
     try:
+        attached = job.pid if job is not None else _a_job(pid)
+        watcher = Watcher(attached, interval)
+        so_far = (lambda w: on_sample(_facts(w, time.monotonic() - started))) if on_sample else None
         watcher.run(seconds, finished, so_far)
     except (KeyboardInterrupt, _Stopped) as exc:
         stopped = getattr(exc, "signum", signal.SIGINT)        # report what was seen
-    ended = finished() or bool(watcher.ranks) and all(r.ended for r in watcher.ranks)
+    ranks = watcher.ranks if watcher is not None else []
+    ended = finished() or bool(ranks) and all(r.ended for r in ranks)
     exit_code = _finish(job, stopped) if job is not None else None
     facts = _facts(watcher, time.monotonic() - started, exit_code, _transports(logs) if logs else [], ended)
     facts.signal = stopped
     facts.ras = _ras_now()
-    if not watcher.ranks:
-        facts.notes.append("the job ended before its first sample: nothing was watched")
+    if not ranks:
+        facts.notes.append("watch was stopped before its first sample: nothing was watched" if watcher is None else
+                           "the job ended before its first sample: nothing was watched")
     return facts
 
 
@@ -95,9 +102,15 @@ def _finish(job: subprocess.Popen, stopped: Optional[int]) -> int:
     the job's process group, waits for it within the grace, then kills it."""
     if stopped is not None and job.poll() is None:
         _signal_group(job.pid, stopped)
-        try:
-            return job.wait(timeout=STOP_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
+        grace = time.monotonic() + STOP_GRACE_SECONDS
+        while job.poll() is None and time.monotonic() < grace:
+            try:
+                job.wait(timeout=max(0.0, grace - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
+            except (KeyboardInterrupt, _Stopped):       # told again within the grace: the grace goes on
+                pass
+        if job.poll() is None:
             _signal_group(job.pid, signal.SIGKILL)
     while True:
         try:
@@ -164,6 +177,9 @@ def _a_job(pid: int) -> int:
 
 def _facts(watcher, seconds: float, exit_code: Optional[int] = None, transports: Optional[List[str]] = None,
            ended: bool = False) -> WatchFacts:
+    """What the watcher saw (None: stopped before it was set up, so nothing)."""
+    if watcher is None:
+        return WatchFacts([], seconds, 0, [], exit_code, transports or [], ended)
     return WatchFacts([watch_rank(r) for r in watcher.ranks], seconds, watcher.samples, list(watcher.notes),
                       exit_code, transports or [], ended)
 
